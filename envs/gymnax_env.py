@@ -1,0 +1,57 @@
+"""gymnax 1.0 environments behind the ``Env`` protocol."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import gymnax
+import jax
+import numpy as np
+from gymnax.environments import spaces as gymnax_spaces
+
+from jaxrl_frag.envs.core import Box, Discrete, Env, PyTree, Space, TimeStep
+
+
+def _space(space: Any) -> Space:
+    if isinstance(space, gymnax_spaces.Discrete):
+        return Discrete(int(space.n))
+    if isinstance(space, gymnax_spaces.Box):
+        shape = tuple(space.shape)
+        low = np.broadcast_to(np.asarray(space.low, np.float64), shape).ravel().tolist()
+        high = np.broadcast_to(np.asarray(space.high, np.float64), shape).ravel().tolist()
+        return Box(tuple(low), tuple(high), shape)
+    raise TypeError(f"gymnax space {space!r} is not supported (Discrete and Box are)")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GymnaxEnv(Env):
+    """One gymnax environment; ``step`` auto-resets and keeps terminated/truncated apart."""
+
+    name: str
+    env: Any
+    params: Any
+    num_envs: None = None
+
+    @classmethod
+    def make(cls, name: str, **kwargs: Any) -> GymnaxEnv:
+        env, params = gymnax.make(name, **kwargs)
+        return cls(name, env, params)
+
+    @property
+    def observation_space(self) -> Box:
+        return _space(self.env.observation_space(self.params))
+
+    @property
+    def action_space(self) -> Space:
+        return _space(self.env.action_space(self.params))
+
+    def reset(self, key: jax.Array) -> tuple[PyTree, jax.Array]:
+        obs, state = self.env.reset(key, self.params)
+        return state, obs
+
+    def step(self, key: jax.Array, state: PyTree, action: jax.Array) -> tuple[PyTree, TimeStep]:
+        obs, state, reward, terminated, truncated, info = self.env.step(key, state, action, self.params)
+        final_obs = info.pop("final_observation")
+        info = {k: v for k, v in info.items() if k not in ("terminated", "truncated")}
+        return state, TimeStep(obs, reward, terminated, truncated, final_obs, info)

@@ -1,0 +1,48 @@
+"""``make``: an environment id to a batched, wrapped environment."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import gymnax
+
+from jaxrl_frag.envs.core import Env
+from jaxrl_frag.envs.gymnax_env import GymnaxEnv
+from jaxrl_frag.envs.wrappers import EpisodeStatistics, NormalizeObservation, ScaleReward, VecEnv
+from jaxrl_frag.errors import ConfigError, check
+
+
+def available() -> list[str]:
+    """Every environment id that ``make`` accepts."""
+    return sorted(gymnax.registered_envs)
+
+
+def make(
+    name: str,
+    *,
+    num_envs: int | None = None,
+    normalize_obs: bool = False,
+    scale_reward: bool = False,
+    gamma: float = 0.99,
+    **kwargs: Any,
+) -> Env:
+    """Make environment ``name``; with ``num_envs``, a batch of them with episode
+    statistics and, if asked, observation normalisation and reward scaling.
+
+    ``kwargs`` go to the environment's constructor.
+    """
+    if name not in gymnax.registered_envs:
+        close = difflib.get_close_matches(name, available(), n=3)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise ConfigError("env", name, f"unknown environment; {hint}available: {', '.join(available())}")
+    env: Env = GymnaxEnv.make(name, **kwargs)
+    if num_envs is None:
+        return env
+    check(num_envs > 0, "num_envs", num_envs, "must be a positive number of environments")
+    env = EpisodeStatistics(VecEnv(env, num_envs))
+    if normalize_obs:
+        env = NormalizeObservation(env)
+    if scale_reward:
+        env = ScaleReward(env, gamma=gamma)
+    return env

@@ -1,0 +1,133 @@
+"""Wrappers: batching, episode statistics, observation and reward normalisation.
+
+The statistics wrappers sit outside ``VecEnv`` and reduce over the whole
+environment batch with ``jaxrl_frag.primitives.batch_moments``, whose meaning a
+distribution policy keeps global.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxrl_frag import primitives
+from jaxrl_frag.envs.core import PyTree, TimeStep, Wrapper
+
+
+@dataclasses.dataclass(frozen=True)
+class VecEnv(Wrapper):
+    """``num_envs`` independent copies of ``inner``, stepped with ``vmap``."""
+
+    num_envs: int = 1
+
+    def reset(self, key: jax.Array) -> tuple[PyTree, jax.Array]:
+        return jax.vmap(self.inner.reset)(jax.random.split(key, self.num_envs))
+
+    def step(self, key: jax.Array, state: PyTree, action: jax.Array) -> tuple[PyTree, TimeStep]:
+        return jax.vmap(self.inner.step)(jax.random.split(key, self.num_envs), state, action)
+
+
+@struct.dataclass
+class EpisodeState:
+    inner: PyTree
+    episode_return: jax.Array
+    episode_length: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeStatistics(Wrapper):
+    """Adds ``info["episode_return"]`` and ``info["episode_length"]``: the undiscounted
+    return and length of the episode that ended at this step (read where ``done``)."""
+
+    def reset(self, key: jax.Array) -> tuple[EpisodeState, jax.Array]:
+        state, obs = self.inner.reset(key)
+        zeros = jnp.zeros(obs.shape[:1], jnp.float32)
+        return EpisodeState(state, zeros, zeros.astype(jnp.int32)), obs
+
+    def step(self, key: jax.Array, state: EpisodeState, action: jax.Array) -> tuple[EpisodeState, TimeStep]:
+        inner, ts = self.inner.step(key, state.inner, action)
+        ret = state.episode_return + ts.reward
+        length = state.episode_length + 1
+        info = {**ts.info, "episode_return": ret, "episode_length": length}
+        keep = ~ts.done
+        state = EpisodeState(inner, ret * keep, length * keep)
+        return state, ts._replace(info=info)
+
+
+@struct.dataclass
+class RunningMoments:
+    """Mean and variance of everything seen so far (Chan et al.'s parallel merge)."""
+
+    mean: jax.Array
+    var: jax.Array
+    count: jax.Array
+
+    @classmethod
+    def zeros(cls, shape: tuple[int, ...]) -> RunningMoments:
+        return cls(jnp.zeros(shape), jnp.ones(shape), jnp.asarray(1e-4))
+
+    def update(self, batch: jax.Array) -> RunningMoments:
+        mean, var, count = primitives.batch_moments(batch)
+        total = self.count + count
+        delta = mean - self.mean
+        new_mean = self.mean + delta * count / total
+        m2 = self.var * self.count + var * count + delta**2 * self.count * count / total
+        return RunningMoments(new_mean, m2 / total, total)
+
+
+@struct.dataclass
+class NormalizeState:
+    inner: PyTree
+    moments: RunningMoments
+
+
+@dataclasses.dataclass(frozen=True)
+class NormalizeObservation(Wrapper):
+    """Observations standardised by running statistics over all environments, clipped."""
+
+    clip: float = 10.0
+
+    def _normalize(self, moments: RunningMoments, obs: jax.Array) -> jax.Array:
+        z = (obs - moments.mean) / jnp.sqrt(moments.var + 1e-8)
+        return jnp.clip(z, -self.clip, self.clip)
+
+    def reset(self, key: jax.Array) -> tuple[NormalizeState, jax.Array]:
+        state, obs = self.inner.reset(key)
+        moments = RunningMoments.zeros(obs.shape[1:]).update(obs)
+        return NormalizeState(state, moments), self._normalize(moments, obs)
+
+    def step(self, key: jax.Array, state: NormalizeState, action: jax.Array) -> tuple[NormalizeState, TimeStep]:
+        inner, ts = self.inner.step(key, state.inner, action)
+        moments = state.moments.update(ts.obs)
+        ts = ts._replace(obs=self._normalize(moments, ts.obs), final_obs=self._normalize(moments, ts.final_obs))
+        return NormalizeState(inner, moments), ts
+
+
+@struct.dataclass
+class ScaleState:
+    inner: PyTree
+    discounted_return: jax.Array
+    moments: RunningMoments
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleReward(Wrapper):
+    """Rewards divided by the running standard deviation of the discounted return."""
+
+    gamma: float = 0.99
+    clip: float = 10.0
+
+    def reset(self, key: jax.Array) -> tuple[ScaleState, jax.Array]:
+        state, obs = self.inner.reset(key)
+        zeros = jnp.zeros(obs.shape[:1], jnp.float32)
+        return ScaleState(state, zeros, RunningMoments.zeros(())), obs
+
+    def step(self, key: jax.Array, state: ScaleState, action: jax.Array) -> tuple[ScaleState, TimeStep]:
+        inner, ts = self.inner.step(key, state.inner, action)
+        ret = state.discounted_return * self.gamma + ts.reward
+        moments = state.moments.update(ret)
+        reward = jnp.clip(ts.reward / jnp.sqrt(moments.var + 1e-8), -self.clip, self.clip)
+        return ScaleState(inner, ret * ~ts.done, moments), ts._replace(reward=reward)

@@ -1,0 +1,134 @@
+"""``Algorithm``: an RL algorithm as a pytree dataclass.
+
+Static fields (shapes, counts, the environment) are declared with
+``static_field`` and live in the pytree structure; every other field is a
+traced hyperparameter, so a population can ``vmap`` over it and changing it
+does not recompile. An algorithm is written for one device and the global
+batch: no axis names, device counts or collectives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import jax
+from flax import struct
+
+from jaxrl_frag.envs.core import Box, Discrete, Env
+from jaxrl_frag.errors import ConfigError
+
+PyTree = Any
+Metrics = dict[str, jax.Array]
+
+
+def static_field(default: Any = dataclasses.MISSING, **metadata: Any) -> Any:
+    """A field that is part of the pytree structure, not a traced leaf."""
+    return struct.field(pytree_node=False, default=default, metadata=metadata)
+
+
+def hyperparameter(default: Any = dataclasses.MISSING, **metadata: Any) -> Any:
+    """A traced field: a leaf of the algorithm pytree."""
+    return struct.field(pytree_node=True, default=default, metadata=metadata)
+
+
+class Algorithm:
+    """Base of every algorithm; subclasses are ``flax.struct.dataclass`` pytrees."""
+
+    action_spaces: ClassVar[tuple[type, ...]] = (Discrete, Box)  # the kinds of action space it can act in
+
+    @classmethod
+    def check_env(cls, env: Env) -> None:
+        """Raise ``ConfigError`` if ``env``'s action space is of a kind this algorithm cannot act in."""
+        space = env.action_space
+        if not isinstance(space, cls.action_spaces):
+            kinds = {Discrete: "discrete", Box: "continuous"}
+            supported = " or ".join(kinds[k] for k in cls.action_spaces)
+            raise ConfigError(
+                "env", env.name,
+                f"has {kinds[type(space)]} actions ({space}); {cls.__name__} supports {supported} actions only: "
+                f"choose an environment with {supported} actions or a recipe for {kinds[type(space)]} ones",
+            )
+
+    def init(self, key: jax.Array) -> PyTree:
+        """The training state at iteration 0."""
+        raise NotImplementedError
+
+    def step(self, state: PyTree) -> tuple[PyTree, Metrics]:
+        """One training iteration: ``(state, metrics)`` with scalar metrics."""
+        raise NotImplementedError
+
+    @property
+    def steps_per_iteration(self) -> int:
+        """Environment steps taken by one ``step``."""
+        raise NotImplementedError
+
+    @property
+    def num_iterations(self) -> int | None:
+        """Iterations of a complete run, if the algorithm fixes it (e.g. for annealing)."""
+        return None
+
+    def config(self) -> dict[str, Any]:
+        """The resolved configuration, JSON-ready: every field but callables and environments."""
+        out = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if hasattr(value, "name") and not isinstance(value, str | int | float | bool):
+                value = value.name
+            elif callable(value):
+                continue
+            out[f.name] = value.item() if hasattr(value, "item") else value
+        return out
+
+
+@struct.dataclass
+class FunctionAlgorithm(Algorithm):
+    """An algorithm made by ``algorithm`` from an init function and a step function."""
+
+    init_fn: Callable[..., PyTree] = static_field()
+    step_fn: Callable[..., tuple[PyTree, Metrics]] = static_field()
+    env_steps: int = static_field()
+    iterations: int | None = static_field()
+    hparams: PyTree = None
+
+    def init(self, key: jax.Array) -> PyTree:
+        return self.init_fn(key) if self.hparams is None else self.init_fn(key, self.hparams)
+
+    def step(self, state: PyTree) -> tuple[PyTree, Metrics]:
+        return self.step_fn(state) if self.hparams is None else self.step_fn(state, self.hparams)
+
+    @property
+    def steps_per_iteration(self) -> int:
+        return self.env_steps
+
+    @property
+    def num_iterations(self) -> int | None:
+        return self.iterations
+
+    def config(self) -> dict[str, Any]:
+        leaves = jax.tree_util.tree_leaves_with_path(self.hparams)
+        return {
+            "step": self.step_fn.__name__,
+            **{jax.tree_util.keystr(p): (v.item() if hasattr(v, "item") else v) for p, v in leaves},
+        }
+
+
+def algorithm(
+    *,
+    init: Callable[..., PyTree],
+    steps_per_iteration: int,
+    num_iterations: int | None = None,
+    hparams: PyTree = None,
+) -> Callable[[Callable[..., tuple[PyTree, Metrics]]], FunctionAlgorithm]:
+    """Turn a training-step function and ``init`` into an ``Algorithm``.
+
+    ``init(key) -> state`` and ``step(state) -> (state, metrics)``; with
+    ``hparams`` (a pytree of traced hyperparameters) they are called as
+    ``init(key, hparams)`` and ``step(state, hparams)``.
+    """
+
+    def wrap(step: Callable[..., tuple[PyTree, Metrics]]) -> FunctionAlgorithm:
+        return FunctionAlgorithm(init, step, steps_per_iteration, num_iterations, hparams)
+
+    return wrap

@@ -1,0 +1,185 @@
+"""The ``jaxrl-frag`` command line.
+
+    jaxrl-frag train ppo --env CartPole-v1 [--total-steps N] [--num-envs N] [--seed S] [--run-dir DIR]
+    jaxrl-frag explain ppo --env CartPole-v1
+    jaxrl-frag envs
+
+Every recipe setting is a flag, generated from the recipe's dataclass. A wrong
+setting prints one paragraph on stderr and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import os
+import sys
+import time
+import typing
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from jaxrl_frag.errors import ConfigError, check
+
+USAGE_ERROR = 2
+
+
+def _int(text: str) -> int:
+    """An integer, also written as ``5e5`` or ``500_000``."""
+    value = float(text.replace("_", ""))
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return int(value)
+
+
+def _widths(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(_int(w) for w in text.split(",") if w.strip())
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of widths, e.g. 64,64") from None
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {"int": _int, "float": float, "str": str, "tuple[int, ...]": _widths}
+
+
+def _add_recipe_flags(parser: argparse.ArgumentParser, recipe: type) -> None:
+    """One flag per field of the recipe dataclass, its help from the field's metadata.
+
+    Defaults are left unset so that the recipe's per-environment defaults apply.
+    """
+    group = parser.add_argument_group(f"{recipe.__name__} settings (defaults shown are for most environments)")
+    hints = typing.get_type_hints(recipe)
+    for field in dataclasses.fields(recipe):
+        if field.name == "env":
+            continue
+        flag = "--" + field.name.replace("_", "-")
+        help_text = f"{field.metadata.get('help', '')} (default {field.default!r})"
+        kind = hints[field.name]
+        if kind is bool:
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        else:
+            name = getattr(kind, "__name__", str(kind)) if kind in (int, float, str) else str(kind)
+            group.add_argument(flag, type=_PARSERS[name.replace("typing.", "")], default=None, metavar=field.name.upper(),
+                               help=help_text)
+
+
+def _recipe_overrides(args: argparse.Namespace, recipe: type) -> dict[str, Any]:
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(recipe)
+            if f.name != "env" and getattr(args, f.name, None) is not None}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from jaxrl_frag.recipes import RECIPES
+
+    parser = argparse.ArgumentParser(prog="jaxrl-frag", description="RL algorithms compiled whole into XLA programs.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    train = commands.add_parser("train", help="train a recipe and write a run directory")
+    explain = commands.add_parser("explain", help="print the fragment graph and XLA's cost figures, without training")
+    commands.add_parser("envs", help="list the environment ids").set_defaults(handler=_envs)
+    for command, handler in ((train, _train), (explain, _explain)):
+        recipes = command.add_subparsers(dest="recipe", required=True, metavar="RECIPE",
+                                         help=f"one of: {', '.join(RECIPES)}")
+        for name, recipe in RECIPES.items():
+            sub = recipes.add_parser(name, help=(recipe.__doc__ or "").split("\n")[0])
+            sub.add_argument("--env", required=True, help="environment id (see `jaxrl-frag envs`)")
+            sub.add_argument("--seed", type=_int, default=0, help="random seed (default 0)")
+            sub.add_argument("--chunk-iterations", type=_int, default=None,
+                             help="iterations per compiled call, between progress updates "
+                                  "(default: about 50 updates per run)")
+            if command is train:
+                sub.add_argument("--run-dir", type=Path, default=None,
+                                 help="where config.json, metrics.csv and learning_curve.png go "
+                                      "(default runs/RECIPE-ENV-TIME)")
+                sub.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+            _add_recipe_flags(sub, recipe)
+            sub.set_defaults(handler=handler, recipe_cls=recipe)
+    return parser
+
+
+def _make_algorithm(args: argparse.Namespace) -> Any:
+    return args.recipe_cls.create(args.env, **_recipe_overrides(args, args.recipe_cls))
+
+
+def _chunk_iterations(args: argparse.Namespace, iterations: int) -> int:
+    if args.chunk_iterations is None:
+        return max(1, iterations // 50)
+    check(args.chunk_iterations > 0, "chunk_iterations", args.chunk_iterations, "must be a positive iteration count")
+    return args.chunk_iterations
+
+
+def _enable_compilation_cache() -> None:
+    import jax
+
+    cache = os.environ.get("JAXRL_FRAG_CACHE_DIR", str(Path.home() / ".cache" / "jaxrl_frag" / "xla"))
+    jax.config.update("jax_compilation_cache_dir", cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+def _train(args: argparse.Namespace) -> int:
+    import jax
+
+    import jaxrl_frag as jf
+    from jaxrl_frag.progress import Progress
+    from jaxrl_frag.rundir import RunDir
+
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = RunDir(args.run_dir or Path("runs") / f"{args.recipe}-{args.env}-{stamp}")
+    run_dir.check_free(args.overwrite)
+    algo = _make_algorithm(args)
+    chunk = _chunk_iterations(args, algo.num_iterations)
+    run_dir.create(args.overwrite)
+    run_dir.write_config({"recipe": args.recipe, "seed": args.seed, "chunk_iterations": chunk,
+                          "jax": jax.__version__, "backend": jax.default_backend(), **algo.config()})
+    _enable_compilation_cache()
+    print(f"{args.recipe} on {args.env}: {algo.num_iterations} iterations of {algo.steps_per_iteration} steps -> {run_dir.path}")
+    program = jf.compile(algo, chunk_iterations=chunk)
+    print(f"compiled in {program.compile_seconds:.1f} s")
+    progress = Progress(algo.num_iterations * algo.steps_per_iteration)
+
+    def on_chunk(row: dict[str, float]) -> None:
+        run_dir.append_metrics(row)
+        progress.update(row)
+
+    start = time.perf_counter()
+    try:
+        history = program.run(jax.random.PRNGKey(args.seed), on_chunk=on_chunk)
+    finally:
+        progress.close()
+    seconds = time.perf_counter() - start
+    curve = run_dir.plot(f"{args.recipe} on {args.env}")
+    final = history.final
+    print(f"trained {int(final['env_steps']):,} steps in {seconds:.1f} s; "
+          f"final mean episode return {final.get('episode_return', float('nan')):.2f}")
+    print(f"wrote {run_dir.path / 'config.json'}, {run_dir.path / 'metrics.csv'}, {curve}")
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    import jaxrl_frag as jf
+
+    algo = _make_algorithm(args)
+    _enable_compilation_cache()
+    program = jf.compile(algo, chunk_iterations=_chunk_iterations(args, algo.num_iterations))
+    print(f"{args.recipe} on {args.env}: {algo.steps_per_iteration} environment steps per iteration")
+    print(program.explain())
+    return 0
+
+
+def _envs(args: argparse.Namespace) -> int:
+    from jaxrl_frag import envs
+
+    print("\n".join(envs.available()))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except ConfigError as error:
+        print(f"jaxrl-frag: error: {error}", file=sys.stderr)
+        return USAGE_ERROR

@@ -1,0 +1,101 @@
+"""``fragment``: a pure function with a role, traced as a named node.
+
+A fragment call is a nested ``jax.jit`` named ``"<role>.<function name>"``.
+XLA inlines it, so it costs nothing at run time, but it stays a distinct
+equation in the traced program, with its arguments' and results' names in its
+debug info: that is what ``FragmentGraph`` reads back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import jax
+
+_BY_NAME: dict[str, Fragment] = {}
+
+
+def lookup(jit_name: str) -> Fragment | None:
+    """The fragment whose traced node carries ``jit_name``, if any."""
+    return _BY_NAME.get(jit_name)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Fragment:
+    """A pure function with a role and a declaration of its environment-batch axes.
+
+    ``batched`` maps argument and result names to the axis that carries the
+    environment batch; every other value is replicated (parameters, keys,
+    hyperparameters). Results are named by ``outputs`` (positions of a returned
+    tuple) or by the keys of a returned dict.
+    """
+
+    fn: Callable[..., Any]
+    role: str
+    batched: Mapping[str, int]
+    outputs: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.fn.__name__
+
+    @property
+    def node_name(self) -> str:
+        return f"{self.role}.{self.name}"
+
+    @functools.cached_property
+    def _traced(self) -> Callable[..., Any]:
+        @functools.wraps(self.fn)
+        def body(*args: Any, **kwargs: Any) -> Any:
+            return self.fn(*args, **kwargs)
+
+        body.__name__ = body.__qualname__ = self.node_name
+        return jax.jit(body)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._traced(*args, **kwargs)
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        # used as a method: bind the instance (an algorithm pytree) as the first argument
+        return self if instance is None else functools.partial(self, instance)
+
+    def output_name(self, index: int) -> str:
+        return self.outputs[index] if index < len(self.outputs) else f"out{index}"
+
+    def batch_axis(self, name: str) -> int | None:
+        return self.batched.get(name)
+
+
+def fragment(
+    role: str,
+    *,
+    batched: Iterable[str] | Mapping[str, int] = (),
+    outputs: Iterable[str] = (),
+) -> Callable[[Callable[..., Any]], Fragment]:
+    """Declare a pure function as a fragment with ``role`` ("actor", "learner", ...).
+
+    ``batched`` names the arguments and results that carry the environment batch,
+    on axis 0, or maps each name to its axis; ``outputs`` names the results of a
+    function that returns a tuple.
+    """
+    if not (isinstance(role, str) and role.isidentifier()):
+        raise ValueError(f"fragment role must be an identifier such as 'actor' or 'learner', got {role!r}")
+    axes = dict(batched) if isinstance(batched, Mapping) else {name: 0 for name in batched}
+    out_names = tuple(outputs)
+
+    def wrap(fn: Callable[..., Any]) -> Fragment:
+        params = inspect.signature(fn).parameters
+        unknown = set(axes) - set(params) - set(out_names)
+        if unknown and out_names:
+            raise ValueError(
+                f"fragment {fn.__name__}: batched names {sorted(unknown)} are neither arguments nor outputs"
+            )
+        frag = Fragment(fn, role, axes, out_names)
+        _BY_NAME[frag.node_name] = frag
+        return frag
+
+    return wrap

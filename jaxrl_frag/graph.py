@@ -1,0 +1,210 @@
+"""``FragmentGraph``: the fragments of a traced step and the data between them.
+
+Recovered from the jaxpr of one training step: every equation that is a
+fragment call becomes a node; every other equation is glue that passes on where
+its inputs came from. An edge joins the producer of a value (a fragment's
+result, or the incoming training state) to the fragment or output that consumes
+it, with the shapes, dtypes and bytes that cross it once per iteration. Values
+entering the step are named by their argument and field (``state.params``,
+``algorithm.lr``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import numpy as np
+from jax.extend import core as jcore
+
+from jaxrl_frag.fragment import Fragment, lookup
+
+STATE = "state"  # the training state leaving the step
+METRICS = "metrics"  # the metrics leaving it
+
+
+def _port(path: str) -> str:
+    """The top-level name in a debug path such as ``"traj['obs']"`` or ``"result[0].x"``."""
+    return re.split(r"[.\[]", path, maxsplit=1)[0]
+
+
+def _result_index(path: str) -> int | None:
+    m = re.match(r"result\[(\d+)\]", path)
+    return int(m.group(1)) if m else None
+
+
+def _result_key(path: str) -> str | None:
+    m = re.match(r"result\['([^']+)'\]", path)
+    return m.group(1) if m else None
+
+
+def _nbytes(aval: Any) -> int:
+    return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
+
+
+def _describe(aval: Any) -> str:
+    return f"{np.dtype(aval.dtype).name}[{','.join(map(str, aval.shape))}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """One fragment call."""
+
+    name: str
+    role: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    batched: dict[str, int]
+
+
+@dataclasses.dataclass
+class Edge:
+    """Data from ``src.src_port`` to ``dst.dst_port``, once per iteration."""
+
+    src: str
+    src_port: str
+    dst: str
+    dst_port: str
+    leaves: list[str] = dataclasses.field(default_factory=list)
+    nbytes: int = 0
+    batch_axis: int | None = None
+
+    @property
+    def label(self) -> str:
+        def end(name: str, port: str) -> str:
+            return f"{name}.{port}" if port else name
+
+        return f"{end(self.src, self.src_port)} -> {end(self.dst, self.dst_port)}"
+
+
+@dataclasses.dataclass
+class FragmentGraph:
+    """Fragments (nodes) and the values that flow between them (edges)."""
+
+    nodes: list[Node]
+    edges: list[Edge]
+
+    @classmethod
+    def trace(cls, step: Callable[..., Any], *args: Any) -> FragmentGraph:
+        """The graph of ``step(*args)``; ``args`` may be ``jax.ShapeDtypeStruct`` trees."""
+        return cls.from_jaxpr(jax.make_jaxpr(step)(*args))
+
+    @classmethod
+    def from_jaxpr(cls, closed: Any) -> FragmentGraph:
+        jaxpr = closed.jaxpr
+        sources: dict[Any, set[tuple[str, str]]] = {}
+        for v, path in zip(jaxpr.invars, jaxpr.debug_info.safe_arg_names(len(jaxpr.invars)), strict=True):
+            parts = [p for p in re.split(r"[.\[\]']+", path or "") if p] or [STATE]
+            sources[v] = {(parts[0], parts[1] if len(parts) > 1 else "")}
+        nodes: list[Node] = []
+        edges: dict[tuple[str, str, str, str], Edge] = {}
+        seen: set[tuple[tuple[str, str, str, str], Any]] = set()
+        batch_axes: dict[tuple[str, str], int | None] = {}
+
+        def connect(var: Any, dst: str, dst_port: str, axis: int | None) -> None:
+            if isinstance(var, jcore.Literal):
+                return
+            for src, src_port in sorted(sources.get(var, ())):
+                key = (src, src_port, dst, dst_port)
+                edge = edges.setdefault(key, Edge(src, src_port, dst, dst_port, batch_axis=axis))
+                if edge.batch_axis is None:
+                    edge.batch_axis = batch_axes.get((src, src_port))
+                if (key, var) not in seen:
+                    seen.add((key, var))
+                    edge.leaves.append(_describe(var.aval))
+                    edge.nbytes += _nbytes(var.aval)
+
+        for eqn, frag in _fragment_calls(jaxpr):
+            if frag is None:  # glue: outputs come from wherever the inputs came from
+                origin = set().union(*(sources.get(v, set()) for v in eqn.invars if not isinstance(v, jcore.Literal)))
+                for v in eqn.outvars:
+                    sources[v] = origin
+                continue
+            inner = eqn.params["jaxpr"].jaxpr
+            arg_names = inner.debug_info.safe_arg_names(len(eqn.invars))
+            result_paths = inner.debug_info.safe_result_paths(len(eqn.outvars))
+            arg_ports = [_port(n) if n else f"in{i}" for i, n in enumerate(arg_names)]
+            out_ports = [_output_port(frag, p, i) for i, p in enumerate(result_paths)]
+            for v, port in zip(eqn.invars, arg_ports, strict=True):
+                connect(v, frag.node_name, port, frag.batch_axis(port))
+            for v, port in zip(eqn.outvars, out_ports, strict=True):
+                sources[v] = {(frag.node_name, port)}
+                batch_axes[(frag.node_name, port)] = frag.batch_axis(port)
+            nodes.append(
+                Node(
+                    frag.node_name, frag.role, tuple(dict.fromkeys(arg_ports)), tuple(dict.fromkeys(out_ports)),
+                    dict(frag.batched),
+                )
+            )
+
+        result_paths = jaxpr.debug_info.safe_result_paths(len(jaxpr.outvars))
+        for v, path in zip(jaxpr.outvars, result_paths, strict=True):
+            if _result_index(path) == 1:
+                connect(v, METRICS, "", None)
+            else:
+                fields = [p for p in re.split(r"[.\[\]']+", path or "") if p]
+                connect(v, STATE, fields[2] if len(fields) > 2 else "", None)
+        fragment_names = {n.name for n in nodes}
+        kept = [e for e in edges.values() if e.src in fragment_names or e.dst in fragment_names]
+        return cls(nodes, _merge_inputs(kept))
+
+    def node(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
+
+    def edges_between(self, src_role: str, dst_role: str) -> list[Edge]:
+        roles = {n.name: n.role for n in self.nodes}
+        return [e for e in self.edges if roles.get(e.src) == src_role and roles.get(e.dst) == dst_role]
+
+    def __str__(self) -> str:
+        lines = [f"fragments ({len(self.nodes)}):"]
+        for n in self.nodes:
+            batched = [p for p in dict.fromkeys((*n.inputs, *n.outputs)) if p in n.batched]
+            lines.append(
+                f"  {n.role:<9} {n.name:<24} in: {', '.join(n.inputs)}  out: {', '.join(n.outputs)}"
+                + (f"  [env-batched: {', '.join(batched)}]" if batched else "")
+            )
+        lines.append("data per iteration:")
+        for e in self.edges:
+            axis = "replicated" if e.batch_axis is None else f"env batch on axis {e.batch_axis}"
+            shapes = ", ".join(e.leaves[:4]) + (f", ... ({len(e.leaves)} arrays)" if len(e.leaves) > 4 else "")
+            lines.append(f"  {e.label:<52} {format_bytes(e.nbytes):>10}  {axis:<22} {shapes}")
+        return "\n".join(lines)
+
+
+def _merge_inputs(edges: list[Edge]) -> list[Edge]:
+    """One edge per step argument and destination: the fields of a hyperparameter
+    dataclass feeding a bound fragment's ``self`` become one edge."""
+    merged: dict[tuple[str, str, str], Edge] = {}
+    for e in edges:
+        key = (e.src, e.dst, e.dst_port)
+        if key in merged:
+            m = merged[key]
+            m.src_port, m.leaves, m.nbytes = "", m.leaves + e.leaves, m.nbytes + e.nbytes
+        else:
+            merged[key] = dataclasses.replace(e, leaves=list(e.leaves))
+    return list(merged.values())
+
+
+def _output_port(frag: Fragment, path: str, position: int) -> str:
+    key = _result_key(path)
+    if key is not None:
+        return key
+    index = _result_index(path)
+    return frag.output_name(index if index is not None else position)
+
+
+def _fragment_calls(jaxpr: Any) -> Iterator[tuple[Any, Fragment | None]]:
+    for eqn in jaxpr.eqns:
+        name = eqn.params.get("name") if eqn.primitive.name in ("jit", "pjit") else None
+        yield eqn, (lookup(name) if isinstance(name, str) else None)
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")

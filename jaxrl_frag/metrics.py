@@ -1,0 +1,52 @@
+"""Metrics: what a step reports, how a chunk reduces it on device, how the host reads it.
+
+A step returns a flat dict of scalars. Over a chunk of iterations, metrics named
+``*_sum`` or ``*_count`` are summed and all others averaged, so episode
+statistics stay exact however episodes fall across iterations and memory does
+not grow with the run. ``finalize`` turns sums into means on the host.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Metrics = dict[str, jax.Array]
+
+
+def is_summed(name: str) -> bool:
+    return name.endswith(("_sum", "_count"))
+
+
+def episode_metrics(done: jax.Array, episode_return: jax.Array, episode_length: jax.Array) -> Metrics:
+    """Count, return sum and length sum of the episodes that ended where ``done``."""
+    done = done.astype(jnp.float32)
+    return {
+        "episode_count": done.sum(),
+        "episode_return_sum": (episode_return * done).sum(),
+        "episode_length_sum": (episode_length * done).sum(),
+    }
+
+
+def accumulate(total: Metrics, new: Metrics) -> Metrics:
+    """Running chunk totals: every metric is summed; ``reduce`` divides the averaged ones."""
+    return {k: total[k] + new[k].astype(jnp.float32) for k in total}
+
+
+def reduce(total: Metrics, iterations: jax.Array) -> Metrics:
+    """Chunk totals to chunk metrics: sums stay sums, the rest become means."""
+    return {k: v if is_summed(k) else v / iterations for k, v in total.items()}
+
+
+def finalize(row: dict[str, float]) -> dict[str, float]:
+    """Host side: ``episode_return`` and ``episode_length`` from their sums (NaN without episodes)."""
+    out = dict(row)
+    count = row.get("episode_count")
+    if count is not None:
+        for name in ("episode_return", "episode_length"):
+            total = out.pop(f"{name}_sum", None)
+            if total is not None:
+                out[name] = float(total / count) if count > 0 else float("nan")
+    first = [k for k in ("episode_return", "episode_length", "episode_count") if k in out]
+    return {k: float(np.asarray(out[k])) for k in first + sorted(set(out) - set(first))}

@@ -1,0 +1,87 @@
+"""Policy and value networks, and the action distributions they output."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class Categorical(NamedTuple):
+    """A categorical distribution over discrete actions, from logits."""
+
+    logits: jax.Array
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        return jax.random.categorical(key, self.logits)
+
+    def log_prob(self, action: jax.Array) -> jax.Array:
+        logp = jax.nn.log_softmax(self.logits)
+        return jnp.take_along_axis(logp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+    def entropy(self) -> jax.Array:
+        logp = jax.nn.log_softmax(self.logits)
+        return -(jnp.exp(logp) * logp).sum(-1)
+
+
+class Gaussian(NamedTuple):
+    """A diagonal Gaussian over continuous actions."""
+
+    mean: jax.Array
+    std: jax.Array
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        return self.mean + self.std * jax.random.normal(key, self.mean.shape)
+
+    def log_prob(self, action: jax.Array) -> jax.Array:
+        z = (action - self.mean) / self.std
+        return (-0.5 * z**2 - jnp.log(self.std) - 0.5 * jnp.log(2 * jnp.pi)).sum(-1)
+
+    def entropy(self) -> jax.Array:
+        per_dim = 0.5 + 0.5 * jnp.log(2 * jnp.pi) + jnp.log(self.std)
+        return jnp.broadcast_to(per_dim, self.mean.shape).sum(-1)
+
+
+class MLP(nn.Module):
+    """Tanh MLP with orthogonal initialisation; the last layer scaled by ``out_scale``."""
+
+    hidden: Sequence[int]
+    out: int
+    out_scale: float
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = x.reshape(x.shape[0], -1)
+        for width in self.hidden:
+            x = jnp.tanh(nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+        return nn.Dense(self.out, kernel_init=nn.initializers.orthogonal(self.out_scale))(x)
+
+
+class ActorCritic(nn.Module):
+    """Separate policy and value MLPs: ``obs -> (action distribution, value)``.
+
+    A continuous policy is a Gaussian with a learned, state-independent log
+    standard deviation.
+    """
+
+    action_dim: int
+    hidden: Sequence[int]
+    continuous: bool
+
+    def setup(self) -> None:
+        self.pi = MLP(self.hidden, self.action_dim, 0.01)
+        self.v = MLP(self.hidden, 1, 1.0)
+        if self.continuous:
+            self.log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
+
+    def __call__(self, obs: jax.Array) -> tuple[Categorical | Gaussian, jax.Array]:
+        out = self.pi(obs)
+        dist = Gaussian(out, jnp.exp(self.log_std)) if self.continuous else Categorical(out)
+        return dist, self.value(obs)
+
+    def value(self, obs: jax.Array) -> jax.Array:
+        return self.v(obs)[:, 0]

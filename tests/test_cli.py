@@ -1,0 +1,105 @@
+"""The command line: a real training run, explain, and every kind of bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jaxrl_frag.cli import main
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        status = main(list(argv))
+    except SystemExit as exit_:  # argparse's own errors
+        status = exit_.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_train_writes_config_metrics_and_curve(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = tmp_path / "run"
+    status, out, _ = run_cli(capsys, "train", "ppo", "--env", "CartPole-v1", "--total-steps", "2e4",
+                             "--lr", "3e-4", "--seed", "3", "--run-dir", str(run_dir))
+    assert status == 0
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["env"] == "CartPole-v1" and config["lr"] == pytest.approx(3e-4) and config["seed"] == 3
+    assert config["total_steps"] == 20_000 and config["num_envs"] == 4
+    with open(run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {"env_steps", "episode_return", "episode_length", "sps", "loss", "value_loss"} <= set(rows[0])
+    assert float(rows[-1]["env_steps"]) == (20_000 // 512) * 512
+    assert (run_dir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "steps/s" in out and "final mean episode return" in out
+
+
+def test_explain_shows_fragments_bytes_and_flops(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run_cli(capsys, "explain", "ppo", "--env", "CartPole-v1")
+    assert status == 0
+    assert "actor.rollout" in out and "learner.learn" in out
+    assert "actor.rollout.traj -> learner.learn.traj" in out and "19.0 KiB" in out
+    assert "flops" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["train", "a3c", "--env", "CartPole-v1"], ["invalid choice: 'a3c'", "ppo"]),
+        (["train", "ppo", "--env", "CartPol-v1"], ["env='CartPol-v1'", "unknown environment", "CartPole-v1"]),
+        (["train", "ppo", "--env", "CartPole-v1", "--num-envs", "0"], ["num_envs=0", "positive"]),
+        (["train", "ppo", "--env", "CartPole-v1", "--num-steps", "-5"], ["num_steps=-5", "positive"]),
+        (["train", "ppo", "--env", "CartPole-v1", "--num-minibatches", "3"],
+         ["num_minibatches=3", "must divide", "4 * 128 = 512", "choose one of"]),
+        (["train", "ppo", "--env", "CartPole-v1", "--total-steps", "100"], ["total_steps=100", "at least one iteration"]),
+        (["train", "ppo", "--env", "CartPole-v1", "--gamma", "1.5"], ["gamma=1.5", "(0, 1]"]),
+        (["train", "ppo", "--env", "CartPole-v1", "--learning-rate", "1e-3"], ["unrecognized arguments: --learning-rate"]),
+        (["train", "ppo", "--env", "CartPole-v1", "--num-envs", "four"], ["--num-envs", "four"]),
+    ],
+)
+def test_bad_input_exits_2_naming_the_setting(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                              argv: list[str], expected: list[str]) -> None:
+    run_dir = tmp_path / "never"
+    status, _, err = run_cli(capsys, *argv, *(["--run-dir", str(run_dir)] if "a3c" not in argv else []))
+    assert status == 2
+    for text in expected:
+        assert text in err, err
+    assert "Traceback" not in err
+    assert not run_dir.exists()  # refused before anything was written
+
+
+def test_existing_run_directory_is_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "metrics.csv").write_text("precious\n")
+    status, _, err = run_cli(capsys, "train", "ppo", "--env", "CartPole-v1", "--run-dir", str(tmp_path))
+    assert status == 2 and "--overwrite" in err and f"run_dir='{tmp_path}'" in err
+    assert (tmp_path / "metrics.csv").read_text() == "precious\n"
+
+
+def test_console_script_and_module_entry_exit_2_without_traceback() -> None:
+    for cmd in (["jaxrl-frag"], [sys.executable, "-m", "jaxrl_frag"]):
+        exe = Path(sys.executable).parent / cmd[0] if cmd[0] == "jaxrl-frag" else cmd[0]
+        proc = subprocess.run([str(exe), *cmd[1:], "train", "ppo", "--env", "CartPole-v1", "--num-envs", "0"],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        assert "num_envs=0" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_recipe_on_an_action_space_it_cannot_act_in() -> None:
+    from flax import struct
+
+    from jaxrl_frag import ConfigError, envs
+    from jaxrl_frag.recipes import PPO
+
+    @struct.dataclass
+    class ContinuousOnly(PPO):
+        action_spaces = (envs.Box,)
+
+    with pytest.raises(ConfigError) as err:
+        ContinuousOnly.create("CartPole-v1")
+    message = str(err.value)
+    assert err.value.field == "env" and "CartPole-v1" in message
+    assert "discrete actions" in message and "supports continuous actions only" in message
