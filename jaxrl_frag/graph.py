@@ -20,6 +20,7 @@ import jax
 import numpy as np
 from jax.extend import core as jcore
 
+from jaxrl_frag import costs
 from jaxrl_frag.fragment import Fragment, lookup
 
 STATE = "state"  # the training state leaving the step
@@ -58,6 +59,7 @@ class Node:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     batched: dict[str, int]
+    flops: int
 
 
 @dataclasses.dataclass
@@ -136,7 +138,7 @@ class FragmentGraph:
             nodes.append(
                 Node(
                     frag.node_name, frag.role, tuple(dict.fromkeys(arg_ports)), tuple(dict.fromkeys(out_ports)),
-                    dict(frag.batched),
+                    dict(frag.batched), costs.flops(inner),
                 )
             )
 
@@ -163,7 +165,7 @@ class FragmentGraph:
         for n in self.nodes:
             batched = [p for p in dict.fromkeys((*n.inputs, *n.outputs)) if p in n.batched]
             lines.append(
-                f"  {n.role:<9} {n.name:<24} in: {', '.join(n.inputs)}  out: {', '.join(n.outputs)}"
+                f"  {n.role:<9} {n.name:<24} {n.flops:.3g} flops  in: {', '.join(n.inputs)}  out: {', '.join(n.outputs)}"
                 + (f"  [env-batched: {', '.join(batched)}]" if batched else "")
             )
         lines.append("data per iteration:")
