@@ -87,8 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--env", required=True, help="environment id (see `jaxrl-frag envs`)")
             sub.add_argument("--seed", type=_int, default=0, help="random seed (default 0)")
             sub.add_argument("--chunk-iterations", type=_int, default=None,
-                             help="iterations per compiled call, between progress updates "
-                                  "(default: about 50 updates per run)")
+                             help="iterations per row of metrics.csv (default: 50 rows per run)")
             if command is train:
                 sub.add_argument("--run-dir", type=Path, default=None,
                                  help="where config.json, metrics.csv and learning_curve.png go "
@@ -100,14 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _make_algorithm(args: argparse.Namespace) -> Any:
+    if args.chunk_iterations is not None:
+        check(args.chunk_iterations > 0, "chunk_iterations", args.chunk_iterations, "must be a positive iteration count")
     return args.recipe_cls.create(args.env, **_recipe_overrides(args, args.recipe_cls))
-
-
-def _chunk_iterations(args: argparse.Namespace, iterations: int) -> int:
-    if args.chunk_iterations is None:
-        return max(1, iterations // 50)
-    check(args.chunk_iterations > 0, "chunk_iterations", args.chunk_iterations, "must be a positive iteration count")
-    return args.chunk_iterations
 
 
 def _enable_compilation_cache() -> None:
@@ -129,13 +123,13 @@ def _train(args: argparse.Namespace) -> int:
     run_dir = RunDir(args.run_dir or Path("runs") / f"{args.recipe}-{args.env}-{stamp}")
     run_dir.check_free(args.overwrite)
     algo = _make_algorithm(args)
-    chunk = _chunk_iterations(args, algo.num_iterations)
     run_dir.create(args.overwrite)
-    run_dir.write_config({"recipe": args.recipe, "seed": args.seed, "chunk_iterations": chunk,
-                          "jax": jax.__version__, "backend": jax.default_backend(), **algo.config()})
     _enable_compilation_cache()
-    print(f"{args.recipe} on {args.env}: {algo.num_iterations} iterations of {algo.steps_per_iteration} steps -> {run_dir.path}")
-    program = jf.compile(algo, chunk_iterations=chunk)
+    print(f"{args.recipe} on {args.env}: {algo.num_iterations} iterations of {algo.steps_per_iteration} steps "
+          f"-> {run_dir.path}")
+    program = jf.compile(algo, chunk_iterations=args.chunk_iterations)
+    run_dir.write_config({"recipe": args.recipe, "seed": args.seed, "chunk_iterations": program.chunk_iterations,
+                          "jax": jax.__version__, "backend": jax.default_backend(), **algo.config()})
     print(f"compiled in {program.compile_seconds:.1f} s")
     progress = Progress(algo.num_iterations * algo.steps_per_iteration)
 
@@ -162,7 +156,7 @@ def _explain(args: argparse.Namespace) -> int:
 
     algo = _make_algorithm(args)
     _enable_compilation_cache()
-    program = jf.compile(algo, chunk_iterations=_chunk_iterations(args, algo.num_iterations))
+    program = jf.compile(algo, chunk_iterations=args.chunk_iterations)
     print(f"{args.recipe} on {args.env}: {algo.steps_per_iteration} environment steps per iteration")
     print(program.explain())
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,7 @@ from jaxrl_frag.algorithm import Algorithm
 from jaxrl_frag.errors import check
 from jaxrl_frag.graph import FragmentGraph, format_bytes
 from jaxrl_frag.sharding import Policy, SingleDevice
-from jaxrl_frag.transforms import run_chunk
+from jaxrl_frag.transforms import run_chunks
 
 PyTree = Any
 Row = dict[str, float]
@@ -60,22 +61,28 @@ class Explanation:
 class Program:
     """An algorithm compiled ahead of time under a policy.
 
-    ``run`` executes ``chunk_iterations`` iterations per call (one on-device loop,
-    state buffers donated), hands each chunk's reduced metrics to the host and
-    keeps going until the requested number of iterations.
+    ``run`` trains in *chunks* of ``chunk_iterations`` iterations, each reduced on
+    device to one row of metrics. One call of the compiled program runs as many
+    chunks as fit in about ``seconds_per_call`` (state buffers donated), so the
+    host wakes up rarely whatever the row resolution.
     """
 
-    def __init__(self, algorithm: Algorithm, policy: Policy, chunk_iterations: int):
+    max_chunks_per_call = 64
+
+    def __init__(self, algorithm: Algorithm, policy: Policy, chunk_iterations: int, seconds_per_call: float):
         check(chunk_iterations > 0, "chunk_iterations", chunk_iterations, "must be a positive iteration count")
+        check(seconds_per_call > 0, "seconds_per_call", seconds_per_call, "must be a positive number of seconds")
         self.algorithm = algorithm
         self.policy = policy
         self.chunk_iterations = chunk_iterations
+        self.seconds_per_call = seconds_per_call
         key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+        count = jax.ShapeDtypeStruct((), jnp.int32)
         t0 = time.perf_counter()
         self._init = policy.jit(_init).lower(algorithm, key).compile()
         self._state_shape = jax.eval_shape(_init, algorithm, key)
-        n = jax.ShapeDtypeStruct((), jnp.int32)
-        self._chunk = policy.jit(run_chunk, donate_argnums=(1,)).lower(algorithm, self._state_shape, n).compile()
+        call = functools.partial(run_chunks, max_chunks=self.max_chunks_per_call)
+        self._call = policy.jit(call, donate_argnums=(1,)).lower(algorithm, self._state_shape, count, count).compile()
         self.compile_seconds = time.perf_counter() - t0
 
     def init(self, key: jax.Array) -> PyTree:
@@ -95,35 +102,31 @@ class Program:
 
         ``iterations`` defaults to the algorithm's ``num_iterations``. Each row
         holds ``iteration``, ``env_steps``, ``sps`` and the chunk's metrics, and
-        is passed to ``on_chunk`` as soon as it arrives. The next chunk is
-        dispatched before the host reads the last one, so the device never waits.
+        is passed to ``on_chunk`` as soon as its call returns.
         """
         iterations = self.algorithm.num_iterations if iterations is None else iterations
         check(iterations is not None and iterations > 0, "iterations", iterations,
               "give a positive number of iterations (this algorithm sets none by default)")
         state = self.init(start) if _is_key(start) else start
+        per_step = self.algorithm.steps_per_iteration
         rows: list[Row] = []
-        done, pending = 0, None
-        clock = time.perf_counter()
-        while done < iterations or pending is not None:
-            dispatched = None
-            if done < iterations:
-                n = min(self.chunk_iterations, iterations - done)
-                state, chunk_metrics = self._chunk(self.algorithm, state, jnp.int32(n))
-                done += n
-                dispatched = (done, n, chunk_metrics)
-            if pending is not None:
-                end, n, chunk_metrics = pending
-                host = jax.device_get(chunk_metrics)
-                now = time.perf_counter()
-                row = {"iteration": float(end), "env_steps": float(end * self.algorithm.steps_per_iteration),
-                       "sps": n * self.algorithm.steps_per_iteration / max(now - clock, 1e-9),
-                       **metrics_lib.finalize(host)}
-                clock = now
+        done, chunks_per_call = 0, 1
+        while done < iterations:
+            k = min(self.chunk_iterations, iterations - done)
+            chunks = min(chunks_per_call, (iterations - done) // k, self.max_chunks_per_call)
+            start_time = time.perf_counter()
+            state, call_rows = self._call(self.algorithm, state, jnp.int32(chunks), jnp.int32(k))
+            call_rows = jax.device_get(call_rows)
+            seconds = time.perf_counter() - start_time
+            for c in range(chunks):
+                done += k
+                row = {"iteration": float(done), "env_steps": float(done * per_step),
+                       "sps": chunks * k * per_step / seconds,
+                       **metrics_lib.finalize({name: values[c] for name, values in call_rows.items()})}
                 rows.append(row)
                 if on_chunk is not None:
                     on_chunk(row)
-            pending = dispatched
+            chunks_per_call = max(1, round(chunks * self.seconds_per_call / max(seconds, 1e-6)))
         return History(rows, state)
 
     def explain(self) -> Explanation:
@@ -149,9 +152,22 @@ class Program:
                            {"program": self.compile_seconds, "single step": step_seconds})
 
 
-def compile(algorithm: Algorithm, policy: Policy | None = None, *, chunk_iterations: int = 10) -> Program:  # noqa: A001
-    """Compile ``algorithm`` under ``policy`` (default ``SingleDevice()``) ahead of time."""
-    return Program(algorithm, policy or SingleDevice(), chunk_iterations)
+def compile(  # noqa: A001
+    algorithm: Algorithm,
+    policy: Policy | None = None,
+    *,
+    chunk_iterations: int | None = None,
+    seconds_per_call: float = 2.0,
+) -> Program:
+    """Compile ``algorithm`` under ``policy`` (default ``SingleDevice()``) ahead of time.
+
+    ``chunk_iterations`` (iterations per row of metrics) defaults to a 50th of the
+    algorithm's ``num_iterations``, or 10 when it sets none.
+    """
+    if chunk_iterations is None:
+        total = algorithm.num_iterations
+        chunk_iterations = max(1, total // 50) if total else 10
+    return Program(algorithm, policy or SingleDevice(), chunk_iterations, seconds_per_call)
 
 
 def _init(algorithm: Algorithm, key: jax.Array) -> PyTree:

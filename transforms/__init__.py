@@ -1,5 +1,5 @@
 """Generic program rewrites over an algorithm's step."""
 
-from jaxrl_frag.transforms.chunking import run_chunk
+from jaxrl_frag.transforms.chunking import run_chunk, run_chunks
 
-__all__ = ["run_chunk"]
+__all__ = ["run_chunk", "run_chunks"]
