@@ -2,11 +2,13 @@
 
     python benchmarks/overhead.py [--repeats 3] [--configs 4:5e5,1024:5e6] [--fused PATH]
 
-For each configuration (environments : total steps) it alternates the two
-implementations ``--repeats`` times each in this one process, compiling afresh
-every time (no persistent cache), and prints the median compile and train
-seconds, their ratios (framework / fused; below 1.00 the framework is faster)
-and both final returns (the mean return of the last 10% of finished episodes).
+For each configuration (environments : total steps) it compiles the two
+implementations ``--repeats`` times each, alternating and afresh (no persistent
+cache), then trains with each compiled program ``--repeats`` times,
+alternating, after one warm-up run each. It prints the median compile and train
+seconds, their ratios (framework / fused, of the medians and the median of the
+per-round ratios; below 1.00 the framework is faster) and both final returns
+(the mean return of the last 10% of finished episodes).
 Hyperparameters are the yardstick's: CartPole-v1, 128 steps per env per
 iteration, 4 epochs of 4 minibatches, Adam 2.5e-4 annealed, clip 0.2.
 """
@@ -18,6 +20,7 @@ import importlib.util
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -36,31 +39,50 @@ def load_fused(path: Path) -> ModuleType:
     return module
 
 
-def time_fused(fused: ModuleType, env: str, num_envs: int, total_steps: int) -> dict[str, float]:
+def compile_fused(fused: ModuleType, env: str, num_envs: int, total_steps: int) -> tuple[float, Callable[[], float]]:
+    """Compile seconds, and a function that trains once and returns the mean return
+    of the last 10% of finished episodes."""
     train, _ = fused.make_train(env, num_envs, total_steps)
     keys = jax.random.split(jax.random.PRNGKey(0), 1)
     t0 = time.perf_counter()
     compiled = jax.jit(jax.vmap(train)).lower(keys).compile()
-    t1 = time.perf_counter()
-    _, done, returns = jax.block_until_ready(compiled(keys))
-    t2 = time.perf_counter()
-    done, returns = np.asarray(done)[0], np.asarray(returns)[0]
-    tail = max(1, done.shape[0] // 10)
-    return {"compile_s": t1 - t0, "train_s": t2 - t1, "final_return": float(returns[-tail:][done[-tail:]].mean())}
+    seconds = time.perf_counter() - t0
+
+    def run() -> float:
+        _, done, returns = jax.block_until_ready(compiled(keys))
+        done, returns = np.asarray(done)[0], np.asarray(returns)[0]
+        tail = max(1, done.shape[0] // 10)
+        return float(returns[-tail:][done[-tail:]].mean())
+
+    return seconds, run
 
 
-def time_framework(env: str, num_envs: int, total_steps: int) -> dict[str, float]:
+def compile_framework(env: str, num_envs: int, total_steps: int) -> tuple[float, Callable[[], float]]:
+    """The same for the framework's PPO, compiled and run as the CLI does (50 rows of metrics)."""
     algo = jf.recipes.PPO.create(env, num_envs=num_envs, total_steps=total_steps)
     t0 = time.perf_counter()
-    program = jf.compile(algo)  # as the CLI runs it: 50 rows of metrics, a call every ~2 s
-    t1 = time.perf_counter()
-    history = program.run(jax.random.PRNGKey(0))
-    jax.block_until_ready(history.state)
-    t2 = time.perf_counter()
-    last = history["iteration"] > 0.9 * algo.num_iterations
-    count, total = history["episode_count"][last], history["episode_return"][last]
-    final = float(np.nansum(np.nan_to_num(total) * count) / count.sum())
-    return {"compile_s": t1 - t0, "train_s": t2 - t1, "final_return": final}
+    program = jf.compile(algo)
+    seconds = time.perf_counter() - t0
+
+    def run() -> float:
+        history = program.run(jax.random.PRNGKey(0))
+        jax.block_until_ready(history.state)
+        last = history["iteration"] > 0.9 * algo.num_iterations
+        count, returns = history["episode_count"][last], history["episode_return"][last]
+        return float(np.nansum(np.nan_to_num(returns) * count) / count.sum())
+
+    return seconds, run
+
+
+def alternate(tasks: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
+    """Seconds of each task, ``repeats`` times, alternating and swapping the order each round."""
+    seconds: dict[str, list[float]] = {name: [] for name in tasks}
+    for repeat in range(repeats):
+        for name in (list(tasks) if repeat % 2 == 0 else list(reversed(tasks))):
+            t0 = time.perf_counter()
+            tasks[name]()
+            seconds[name].append(time.perf_counter() - t0)
+    return seconds
 
 
 def main() -> None:
@@ -75,26 +97,35 @@ def main() -> None:
     summary = []
     for config in args.configs.split(","):
         num_envs, total = int(config.split(":")[0]), int(float(config.split(":")[1]))
-        results: dict[str, list[dict[str, float]]] = {"fused": [], "framework": []}
-        for repeat in range(args.repeats):
-            order = ["fused", "framework"] if repeat % 2 == 0 else ["framework", "fused"]
-            for impl in order:
+        compile_s: dict[str, list[float]] = {"fused": [], "framework": []}
+        runs: dict[str, Callable[[], float]] = {}
+        for repeat in range(args.repeats):  # fresh compiles, alternating
+            for impl in (["fused", "framework"] if repeat % 2 == 0 else ["framework", "fused"]):
                 jax.clear_caches()
-                r = time_fused(fused, args.env, num_envs, total) if impl == "fused" else time_framework(args.env, num_envs, total)
-                results[impl].append(r)
-                print(json.dumps({"impl": impl, "num_envs": num_envs, "total_steps": total, "repeat": repeat,
-                                  **{k: round(v, 3) for k, v in r.items()}}), flush=True)
-        med = {impl: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for impl, rs in results.items()}
-        summary.append((num_envs, total, med))
+                seconds, runs[impl] = (compile_fused(fused, args.env, num_envs, total) if impl == "fused"
+                                       else compile_framework(args.env, num_envs, total))
+                compile_s[impl].append(seconds)
+        returns = {impl: run() for impl, run in runs.items()}  # also the warm-up
+        train_s = alternate(runs, args.repeats)
+        for impl in runs:
+            print(json.dumps({"impl": impl, "num_envs": num_envs, "total_steps": total,
+                              "compile_s": [round(x, 3) for x in compile_s[impl]],
+                              "train_s": [round(x, 3) for x in train_s[impl]], "final_return": round(returns[impl], 1)}),
+                  flush=True)
+        summary.append((num_envs, total, compile_s, train_s, returns))
     print()
-    print("| envs | steps | fused train s | framework train s | train ratio | fused compile s | framework compile s "
-          "| compile ratio | fused return | framework return |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for num_envs, total, med in summary:
-        f, w = med["fused"], med["framework"]
-        print(f"| {num_envs} | {total:.0e} | {f['train_s']:.2f} | {w['train_s']:.2f} | {w['train_s'] / f['train_s']:.3f} "
-              f"| {f['compile_s']:.2f} | {w['compile_s']:.2f} | {w['compile_s'] / f['compile_s']:.3f} "
-              f"| {f['final_return']:.1f} | {w['final_return']:.1f} |")
+    print("ratios are framework / fused: of the medians, and the median of the per-repeat ratios")
+    print("| envs | steps | fused train s | framework train s | train ratio | per-repeat | fused compile s "
+          "| framework compile s | compile ratio | per-repeat | fused return | framework return |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for num_envs, total, compile_s, train_s, returns in summary:
+        cells = [str(num_envs), f"{total:.0e}"]
+        for seconds in (train_s, compile_s):
+            f, w = statistics.median(seconds["fused"]), statistics.median(seconds["framework"])
+            pairs = statistics.median(b / a for a, b in zip(seconds["fused"], seconds["framework"], strict=True))
+            cells += [f"{f:.2f}", f"{w:.2f}", f"{w / f:.3f}", f"{pairs:.3f}"]
+        cells += [f"{returns['fused']:.1f}", f"{returns['framework']:.1f}"]
+        print("| " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

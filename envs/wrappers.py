@@ -15,6 +15,7 @@ from flax import struct
 
 from jaxrl_frag import primitives
 from jaxrl_frag.envs.core import PyTree, TimeStep, Wrapper
+from jaxrl_frag.primitives import Shared
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +59,7 @@ class EpisodeStatistics(Wrapper):
 
 
 @struct.dataclass
-class RunningMoments:
+class RunningMoments(Shared):
     """Mean and variance of everything seen so far (Chan et al.'s parallel merge)."""
 
     mean: jax.Array

@@ -16,6 +16,8 @@ from typing import Any
 
 import jax
 
+from jaxrl_frag import primitives
+
 _BY_NAME: dict[str, Fragment] = {}
 
 
@@ -48,16 +50,38 @@ class Fragment:
         return f"{self.role}.{self.name}"
 
     @functools.cached_property
-    def _traced(self) -> Callable[..., Any]:
-        @functools.wraps(self.fn)
-        def body(*args: Any, **kwargs: Any) -> Any:
-            return self.fn(*args, **kwargs)
-
-        body.__name__ = body.__qualname__ = self.node_name
-        return jax.jit(body)
+    def _jitted(self) -> dict[primitives.Lowering, Callable[..., Any]]:
+        return {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._traced(*args, **kwargs)
+        # one jit per lowering of the primitives: jit's trace cache must not hand a
+        # single-device trace to a sharded program
+        rule = primitives.current()
+        if rule not in self._jitted:
+            signature = inspect.signature(self.fn)
+
+            @functools.wraps(self.fn)
+            def body(*args: Any, **kwargs: Any) -> Any:
+                # declared environment-batched values stay split at the fragment's boundary
+                bound = signature.bind(*args, **kwargs)
+                for name, axis in self.batched.items():
+                    if name in bound.arguments:
+                        bound.arguments[name] = rule.constrain_tree(bound.arguments[name], axis)
+                return self._constrain_results(rule, self.fn(*bound.args, **bound.kwargs))
+
+            body.__name__ = body.__qualname__ = self.node_name
+            self._jitted[rule] = jax.jit(body)
+        return self._jitted[rule](*args, **kwargs)
+
+    def _constrain_results(self, rule: primitives.Lowering, results: Any) -> Any:
+        if isinstance(results, dict):
+            return {k: rule.constrain_tree(v, self.batched[k]) if k in self.batched else v for k, v in results.items()}
+        if isinstance(results, tuple) and self.outputs:
+            return tuple(
+                rule.constrain_tree(v, self.batched[name]) if (name := self.output_name(i)) in self.batched else v
+                for i, v in enumerate(results)
+            )
+        return results
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         # used as a method: bind the instance (an algorithm pytree) as the first argument

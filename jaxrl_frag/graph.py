@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-import jax
 import numpy as np
 from jax.extend import core as jcore
 
@@ -90,12 +89,8 @@ class FragmentGraph:
     edges: list[Edge]
 
     @classmethod
-    def trace(cls, step: Callable[..., Any], *args: Any) -> FragmentGraph:
-        """The graph of ``step(*args)``; ``args`` may be ``jax.ShapeDtypeStruct`` trees."""
-        return cls.from_jaxpr(jax.make_jaxpr(step)(*args))
-
-    @classmethod
     def from_jaxpr(cls, closed: Any) -> FragmentGraph:
+        """The graph of a traced step, ``jax.make_jaxpr(step)(algorithm, state)``."""
         jaxpr = closed.jaxpr
         sources: dict[Any, set[tuple[str, str]]] = {}
         for v, path in zip(jaxpr.invars, jaxpr.debug_info.safe_arg_names(len(jaxpr.invars)), strict=True):
@@ -152,9 +147,6 @@ class FragmentGraph:
         fragment_names = {n.name for n in nodes}
         kept = [e for e in edges.values() if e.src in fragment_names or e.dst in fragment_names]
         return cls(nodes, _merge_inputs(kept))
-
-    def node(self, name: str) -> Node:
-        return next(n for n in self.nodes if n.name == name)
 
     def edges_between(self, src_role: str, dst_role: str) -> list[Edge]:
         roles = {n.name: n.role for n in self.nodes}

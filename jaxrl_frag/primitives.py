@@ -3,18 +3,89 @@
 Algorithm code is written for one device and the global batch. Where an
 operation reduces over the batch or reorders it, the algorithm calls one of
 these rather than ``jnp`` directly, so that a distribution policy can lower it
-(global statistics, gradient averaging, local or exact shuffling) without the
-algorithm knowing. Under ``SingleDevice`` each is the plain operation below.
+(global statistics, local or exact shuffling, sharded sample layouts) without
+the algorithm knowing. Under ``SingleDevice`` each is the plain operation.
+
+Reductions over a sharded batch (``batch_moments``, ``standardize``, a loss
+mean and so its gradient) need nothing more: the program is partitioned as a
+whole, so XLA inserts the all-reduce that keeps their meaning global.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxrl_frag.errors import ConfigError
 
 PyTree = Any
+
+SHUFFLES = ("local", "exact")
+
+
+class Shared:
+    """Base of state nodes whose leaves describe the whole environment batch (running
+    statistics, say) although they sit inside a batched value: never split across devices."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Lowering:
+    """How the primitives lower: on one device (no mesh), or with the batch sharded
+    along ``axis`` of ``mesh`` and minibatches shuffled ``local``-ly or ``exact``-ly."""
+
+    mesh: Mesh | None = None
+    axis: str = "data"
+    shuffle: str = "exact"
+
+    @property
+    def shards(self) -> int:
+        return 1 if self.mesh is None else self.mesh.shape[self.axis]
+
+    def constrain(self, x: jax.Array, batch_axis: int) -> jax.Array:
+        """``x`` laid out with ``batch_axis`` split over the mesh (a no-op on one device)."""
+        if self.mesh is None:
+            return x
+        spec = [None] * x.ndim
+        spec[batch_axis] = self.axis
+        return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, PartitionSpec(*spec)))
+
+    def constrain_tree(self, tree: PyTree, batch_axis: int) -> PyTree:
+        """Every leaf of ``tree`` split on ``batch_axis``, but ``Shared`` nodes replicated."""
+        if self.mesh is None:
+            return tree
+        replicated = NamedSharding(self.mesh, PartitionSpec())
+
+        def place(node: Any) -> Any:
+            if isinstance(node, Shared):
+                return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, replicated), node)
+            return self.constrain(node, batch_axis) if node.ndim > batch_axis else node
+
+        return jax.tree.map(place, tree, is_leaf=lambda n: isinstance(n, Shared))
+
+
+_CURRENT: contextvars.ContextVar[Lowering | None] = contextvars.ContextVar("jaxrl_frag_lowering", default=None)
+
+
+def current() -> Lowering:
+    """The lowering in force: the policy's while it lowers a program, else one device."""
+    return _CURRENT.get() or Lowering()
+
+
+@contextlib.contextmanager
+def lowering(rule: Lowering) -> Iterator[None]:
+    """Trace the primitives under ``rule`` (a policy sets this while it lowers a program)."""
+    token = _CURRENT.set(rule)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
 
 
 def batch_moments(x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -27,9 +98,55 @@ def standardize(x: jax.Array, eps: float = 1e-8) -> jax.Array:
     return (x - x.mean()) / (x.std() + eps)
 
 
+def flatten_batch(tree: PyTree, batch_axis: int) -> PyTree:
+    """Merge the axes up to ``batch_axis`` (the environments) of every leaf into one
+    sample axis, environments outermost: ``[T, N, ...]`` with ``batch_axis=1`` becomes
+    ``[N * T, ...]``, each environment's samples contiguous (so each device keeps its own)."""
+    rule = current()
+
+    def flatten(x: jax.Array) -> jax.Array:
+        x = jnp.moveaxis(x, batch_axis, 0)
+        x = x.reshape(-1, *x.shape[batch_axis + 1 :])
+        return rule.constrain(x, 0)
+
+    return jax.tree.map(flatten, tree)
+
+
 def minibatches(key: jax.Array, batch: PyTree, num_minibatches: int) -> PyTree:
-    """One random permutation of the batch (leading axis of every leaf), split into
-    ``num_minibatches`` equal minibatches stacked on a new leading axis."""
+    """The samples (leading axis of every leaf) shuffled and split into ``num_minibatches``
+    equal minibatches, stacked on a new leading axis.
+
+    One device, or ``exact`` shuffling: one permutation of the whole batch. ``local``
+    shuffling on a sharded batch: each device permutes its own samples and every
+    minibatch takes an equal share from each device, so no sample crosses devices.
+    """
+    rule = current()
     size = jax.tree.leaves(batch)[0].shape[0]
-    perm = jax.random.permutation(key, size)
-    return jax.tree.map(lambda x: x[perm].reshape((num_minibatches, size // num_minibatches, *x.shape[1:])), batch)
+    shards = rule.shards if rule.shuffle == "local" else 1
+    if size % (shards * num_minibatches):
+        raise ConfigError(
+            "num_minibatches", num_minibatches,
+            f"the batch of {size} samples does not split into {num_minibatches} minibatches"
+            + (f" across {shards} devices" if shards > 1 else "")
+            + "; choose a number of minibatches (and devices) that divides it",
+        )
+    local = size // shards
+    if shards == 1:
+        perm = jax.random.permutation(key, size)
+
+        def shuffle(x: jax.Array) -> jax.Array:
+            return x[perm]
+    else:
+        perms = jax.vmap(jax.random.permutation, (0, None))(jax.random.split(key, shards), local)
+
+        def shuffle(x: jax.Array) -> jax.Array:
+            # device d's samples, permuted in place; minibatch m takes slice m of every device's share
+            blocks = jax.vmap(lambda b, p: b[p])(x.reshape(shards, local, *x.shape[1:]), perms)
+            blocks = blocks.reshape(shards, num_minibatches, local // num_minibatches, *x.shape[1:])
+            return blocks.swapaxes(0, 1).reshape(size, *x.shape[1:])
+
+    def split(x: jax.Array) -> jax.Array:
+        x = shuffle(x).reshape(num_minibatches, size // num_minibatches, *x.shape[1:])
+        return rule.constrain(x, 1)
+
+    return jax.tree.map(split, batch)

@@ -12,9 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_frag import costs
+from jaxrl_frag import costs, primitives
 from jaxrl_frag import metrics as metrics_lib
 from jaxrl_frag.algorithm import Algorithm
+from jaxrl_frag.collectives import Collective, audit, totals
 from jaxrl_frag.errors import check
 from jaxrl_frag.graph import FragmentGraph, format_bytes
 from jaxrl_frag.sharding import Policy, SingleDevice
@@ -42,16 +43,23 @@ class History:
 
 @dataclasses.dataclass
 class Explanation:
-    """The fragment graph, the placement and XLA's cost figures for one iteration."""
+    """The fragment graph, the placement, the collectives and the cost of one iteration."""
 
     graph: FragmentGraph
     placement: str
+    collectives: list[Collective]
     cost: dict[str, float]
     memory: dict[str, int]
     compile_seconds: dict[str, float]
 
     def __str__(self) -> str:
-        lines = [f"placement: {self.placement}", str(self.graph), "cost per iteration:"]
+        lines = [f"placement: {self.placement}", str(self.graph), "collectives per iteration:"]
+        for kind, (count, nbytes) in totals(self.collectives).items():
+            lines.append(f"  {kind:<20} {count:>6} runs {format_bytes(nbytes):>11} in all")
+        lines += [f"    {format_bytes(c.nbytes):>10} x{c.times:<5} {c.shape[:90]}" for c in self.collectives[:6]]
+        if not self.collectives:
+            lines.append("  none")
+        lines.append("cost per iteration:")
         lines += [f"  {k:<38} {v:.4g}" for k, v in self.cost.items()]
         lines += [f"  {k:<38} {format_bytes(v)}" for k, v in self.memory.items()]
         lines.append("compile seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in self.compile_seconds.items()))
@@ -79,11 +87,25 @@ class Program:
         key = jax.ShapeDtypeStruct((2,), jnp.uint32)
         count = jax.ShapeDtypeStruct((), jnp.int32)
         t0 = time.perf_counter()
-        self._init = policy.jit(_init).lower(algorithm, key).compile()
+        rule = policy.lowering()
+        self._step_fn = _traced_under(rule, _step)
         self._state_shape = jax.eval_shape(_init, algorithm, key)
-        call = functools.partial(run_chunks, max_chunks=self.max_chunks_per_call)
-        self._call = policy.jit(call, donate_argnums=(1,)).lower(algorithm, self._state_shape, count, count).compile()
+        self._replicated, self._state_sharding = policy.shardings(self._state_shape, self._batch_axes)
+        rep, state = self._replicated, self._state_sharding
+        init = _traced_under(rule, _init)
+        call = _traced_under(rule, functools.partial(run_chunks, max_chunks=self.max_chunks_per_call))
+        self._init = jax.jit(init, in_shardings=(rep, rep), out_shardings=state).lower(algorithm, key).compile()
+        self._call = jax.jit(call, in_shardings=(rep, state, rep, rep), out_shardings=(state, rep),
+                             donate_argnums=(1,)).lower(algorithm, self._state_shape, count, count).compile()
         self.compile_seconds = time.perf_counter() - t0
+
+    def _trace_step(self) -> Any:
+        return jax.make_jaxpr(self._step_fn)(self.algorithm, self._state_shape)
+
+    def _batch_axes(self) -> dict[str, int]:
+        """The state fields that fragments declare environment-batched, with their axes."""
+        graph = FragmentGraph.from_jaxpr(self._trace_step())
+        return {e.src_port: e.batch_axis for e in graph.edges if e.src == "state" and e.batch_axis is not None}
 
     def init(self, key: jax.Array) -> PyTree:
         """The training state at iteration 0, placed by the policy."""
@@ -132,10 +154,12 @@ class Program:
     def explain(self) -> Explanation:
         """The fragment graph with bytes per iteration, and XLA's FLOPs, bytes accessed
         and memory for one iteration (compiles the single step once more)."""
-        traced = jax.make_jaxpr(_step)(self.algorithm, self._state_shape)
+        traced = self._trace_step()
         graph = FragmentGraph.from_jaxpr(traced)
         t0 = time.perf_counter()
-        step = self.policy.jit(_step).lower(self.algorithm, self._state_shape).compile()
+        rep, state = self._replicated, self._state_sharding
+        step = jax.jit(self._step_fn, in_shardings=(rep, state), out_shardings=(state, rep))
+        step = step.lower(self.algorithm, self._state_shape).compile()
         step_seconds = time.perf_counter() - t0
         analysis = step.cost_analysis() or {}
         if isinstance(analysis, list):  # older jax: one dict per computation
@@ -148,7 +172,7 @@ class Program:
             "output bytes": mem.output_size_in_bytes,
             "temporary bytes": mem.temp_size_in_bytes,
         }
-        return Explanation(graph, self.policy.describe(), cost, memory,
+        return Explanation(graph, self.policy.describe(), audit(step.as_text()), cost, memory,
                            {"program": self.compile_seconds, "single step": step_seconds})
 
 
@@ -176,6 +200,19 @@ def _init(algorithm: Algorithm, key: jax.Array) -> PyTree:
 
 def _step(algorithm: Algorithm, state: PyTree) -> tuple[PyTree, metrics_lib.Metrics]:
     return algorithm.step(state)
+
+
+def _traced_under(rule: primitives.Lowering, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` tracing the primitives under ``rule``. A new function object each time,
+    so that jit's trace cache never serves a trace made under another rule."""
+
+    @functools.wraps(fn)  # keeps the argument names that the graph reads back
+    def traced(*args: Any) -> Any:
+        with primitives.lowering(rule):
+            return fn(*args)
+
+    traced.__name__ = getattr(fn, "__name__", "run_chunks").lstrip("_")
+    return traced
 
 
 def _is_key(x: Any) -> bool:

@@ -10,6 +10,7 @@ batch-wide operations go through ``jaxrl_frag.primitives``.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
 import jax
@@ -92,26 +93,20 @@ class PPO(Algorithm):
         unknown = sorted(set(overrides) - set(fields))
         if unknown:
             raise ConfigError(unknown[0], overrides[unknown[0]], f"not a PPO setting; the settings are {', '.join(fields)}")
-        settings = {**cls.defaults(env), **overrides}
-        cls._validate(settings, fields)
-        batched = envs.make(
-            env, num_envs=settings.get("num_envs", fields["num_envs"]),
-            normalize_obs=settings.get("normalize_obs", False), scale_reward=settings.get("scale_reward", False),
-            gamma=settings.get("gamma", fields["gamma"]),
-        )
+        settings = {**fields, **cls.defaults(env), **overrides}
+        cls._validate(settings)
+        batched = envs.make(env, num_envs=settings["num_envs"], normalize_obs=settings["normalize_obs"],
+                            scale_reward=settings["scale_reward"], gamma=settings["gamma"])
         cls.check_env(batched)
         return cls(env=batched, **settings)
 
     @classmethod
     def fields(cls) -> dict[str, Any]:
         """Every setting but the environment, with its default."""
-        import dataclasses
-
         return {f.name: f.default for f in dataclasses.fields(cls) if f.name != "env"}
 
     @staticmethod
-    def _validate(settings: dict[str, Any], fields: dict[str, Any]) -> None:
-        s = {**fields, **settings}
+    def _validate(s: dict[str, Any]) -> None:
         for name in ("num_envs", "num_steps", "total_steps", "num_epochs", "num_minibatches"):
             check(int(s[name]) == s[name] and s[name] > 0, name, s[name], "must be a positive integer")
         batch = s["num_envs"] * s["num_steps"]
@@ -209,10 +204,7 @@ class PPO(Algorithm):
         last_value = net.apply(params, last_obs, method=ActorCritic.value)
         advantages, targets = gae(traj.reward, traj.value, traj.terminated, traj.truncated, traj.final_value,
                                   last_value, self.gamma, self.gae_lambda)
-        batch = jax.tree.map(
-            lambda x: x.reshape((self.batch_size, *x.shape[2:])),
-            (traj.obs, traj.action, traj.log_prob, traj.value, advantages, targets),
-        )
+        batch = primitives.flatten_batch((traj.obs, traj.action, traj.log_prob, traj.value, advantages, targets), 1)
 
         def update(carry: tuple[PyTree, PyTree], minibatch: tuple[jax.Array, ...]) -> tuple[Any, Metrics]:
             params, opt_state = carry

@@ -1,5 +1,5 @@
 """Distribution policies over device meshes."""
 
-from jaxrl_frag.sharding.policy import Policy, SingleDevice
+from jaxrl_frag.sharding.policy import DataParallel, Policy, Shared, SingleDevice, make_mesh
 
-__all__ = ["Policy", "SingleDevice"]
+__all__ = ["DataParallel", "Policy", "Shared", "SingleDevice", "make_mesh"]

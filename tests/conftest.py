@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+# eight CPU devices for the data-parallel tests; set before jax initialises its backend
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 os.environ.setdefault("JAXRL_FRAG_CACHE_DIR", os.path.join(os.environ.get("TMPDIR", "/tmp"), "jaxrl_frag_test_cache"))
 
 import jax
