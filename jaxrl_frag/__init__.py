@@ -1,15 +1,50 @@
-"""jaxrl_frag: RL algorithms written once as fragments, compiled whole, distributed by policy."""
+"""jaxrl_frag: RL algorithms written once as fragments, compiled whole, distributed by policy.
 
-from jaxrl_frag import envs, primitives, recipes, sharding, transforms
-from jaxrl_frag.algorithm import Algorithm, algorithm, hyperparameter, static_field
-from jaxrl_frag.errors import ConfigError
-from jaxrl_frag.fragment import Fragment, fragment
-from jaxrl_frag.graph import FragmentGraph
-from jaxrl_frag.primitives import batch_moments, minibatches, standardize
-from jaxrl_frag.program import Explanation, History, Program, compile  # noqa: A004
+Names load on first use, so that importing the package (the command line does)
+initialises no jax backend: device counts can still be set after it.
+"""
 
-__all__ = [
-    "Algorithm", "ConfigError", "Explanation", "Fragment", "FragmentGraph", "History", "Program",
-    "algorithm", "batch_moments", "compile", "envs", "fragment", "hyperparameter", "minibatches",
-    "primitives", "recipes", "sharding", "standardize", "static_field", "transforms",
-]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "Algorithm": "jaxrl_frag.algorithm",
+    "algorithm": "jaxrl_frag.algorithm",
+    "hyperparameter": "jaxrl_frag.algorithm",
+    "static_field": "jaxrl_frag.algorithm",
+    "ConfigError": "jaxrl_frag.errors",
+    "Fragment": "jaxrl_frag.fragment",
+    "fragment": "jaxrl_frag.fragment",
+    "FragmentGraph": "jaxrl_frag.graph",
+    "batch_moments": "jaxrl_frag.primitives",
+    "flatten_batch": "jaxrl_frag.primitives",
+    "minibatches": "jaxrl_frag.primitives",
+    "standardize": "jaxrl_frag.primitives",
+    "Explanation": "jaxrl_frag.program",
+    "History": "jaxrl_frag.program",
+    "Program": "jaxrl_frag.program",
+    "compile": "jaxrl_frag.program",
+}
+_SUBPACKAGES = ("envs", "primitives", "recipes", "sharding", "transforms")
+
+__all__ = sorted([*_EXPORTS, *_SUBPACKAGES])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"jaxrl_frag.{name}")
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'jaxrl_frag' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    from jaxrl_frag import envs, primitives, recipes, sharding, transforms  # noqa: F401
+    from jaxrl_frag.algorithm import Algorithm, algorithm, hyperparameter, static_field  # noqa: F401
+    from jaxrl_frag.errors import ConfigError  # noqa: F401
+    from jaxrl_frag.fragment import Fragment, fragment  # noqa: F401
+    from jaxrl_frag.graph import FragmentGraph  # noqa: F401
+    from jaxrl_frag.primitives import batch_moments, flatten_batch, minibatches, standardize  # noqa: F401
+    from jaxrl_frag.program import Explanation, History, Program, compile  # noqa: A004, F401

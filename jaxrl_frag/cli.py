@@ -24,6 +24,7 @@ from typing import Any
 from jaxrl_frag.errors import ConfigError, check
 
 USAGE_ERROR = 2
+POLICIES = ("single", "data-parallel")
 
 
 def _int(text: str) -> int:
@@ -86,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
             sub = recipes.add_parser(name, help=(recipe.__doc__ or "").split("\n")[0])
             sub.add_argument("--env", required=True, help="environment id (see `jaxrl-frag envs`)")
             sub.add_argument("--seed", type=_int, default=0, help="random seed (default 0)")
+            sub.add_argument("--policy", choices=POLICIES, default="single",
+                             help="distribution policy (default single)")
+            sub.add_argument("--devices", type=_int, default=None,
+                             help="devices for data-parallel (default all); on CPU, forces that many host devices")
+            sub.add_argument("--shuffle", choices=("local", "exact"), default="local",
+                             help="data-parallel minibatch shuffling: local (no trajectory traffic) or exact "
+                                  "(equals single-device; moves samples) (default local)")
             sub.add_argument("--chunk-iterations", type=_int, default=None,
                              help="iterations per row of metrics.csv (default: 50 rows per run)")
             if command is train:
@@ -96,6 +104,32 @@ def build_parser() -> argparse.ArgumentParser:
             _add_recipe_flags(sub, recipe)
             sub.set_defaults(handler=handler, recipe_cls=recipe)
     return parser
+
+
+def _force_cpu_devices(argv: Sequence[str] | None) -> None:
+    """``--devices N`` gives the CPU backend N devices. It must run before jax's first
+    operation (importing gymnax is one), so it reads its flag ahead of the full parser.
+    An accelerator backend keeps its real devices; this touches only the CPU one."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--devices", type=_int, default=None)
+    devices = early.parse_known_args(argv)[0].devices
+    if devices is None:
+        return
+    check(devices > 0, "devices", devices, "must be a positive device count")
+    import jax
+
+    try:
+        jax.config.update("jax_num_cpu_devices", devices)
+    except RuntimeError:  # backend already up (main called in-process): fine if it has enough
+        have = len(jax.devices("cpu"))
+        check(have >= devices, "devices", devices,
+              f"the CPU backend is already running with {have} devices; start a new process")
+
+
+def _make_policy(args: argparse.Namespace) -> Any:
+    from jaxrl_frag.sharding import DataParallel, SingleDevice
+
+    return SingleDevice() if args.policy == "single" else DataParallel(args.devices, shuffle=args.shuffle)
 
 
 def _make_algorithm(args: argparse.Namespace) -> Any:
@@ -123,12 +157,14 @@ def _train(args: argparse.Namespace) -> int:
     run_dir = RunDir(args.run_dir or Path("runs") / f"{args.recipe}-{args.env}-{stamp}")
     run_dir.check_free(args.overwrite)
     algo = _make_algorithm(args)
-    run_dir.create(args.overwrite)
+    policy = _make_policy(args)
     _enable_compilation_cache()
     print(f"{args.recipe} on {args.env}: {algo.num_iterations} iterations of {algo.steps_per_iteration} steps "
           f"-> {run_dir.path}")
-    program = jf.compile(algo, chunk_iterations=args.chunk_iterations)
+    program = jf.compile(algo, policy, chunk_iterations=args.chunk_iterations)  # validates the placement too
+    run_dir.create(args.overwrite)
     run_dir.write_config({"recipe": args.recipe, "seed": args.seed, "chunk_iterations": program.chunk_iterations,
+                          "policy": args.policy, "devices": args.devices, "shuffle": args.shuffle,
                           "jax": jax.__version__, "backend": jax.default_backend(), **algo.config()})
     print(f"compiled in {program.compile_seconds:.1f} s")
     progress = Progress(algo.num_iterations * algo.steps_per_iteration)
@@ -155,8 +191,9 @@ def _explain(args: argparse.Namespace) -> int:
     import jaxrl_frag as jf
 
     algo = _make_algorithm(args)
+    policy = _make_policy(args)
     _enable_compilation_cache()
-    program = jf.compile(algo, chunk_iterations=args.chunk_iterations)
+    program = jf.compile(algo, policy, chunk_iterations=args.chunk_iterations)
     print(f"{args.recipe} on {args.env}: {algo.steps_per_iteration} environment steps per iteration")
     print(program.explain())
     return 0
@@ -171,8 +208,9 @@ def _envs(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    args = build_parser().parse_args(argv)
     try:
+        _force_cpu_devices(argv)
+        args = build_parser().parse_args(argv)
         return args.handler(args)
     except ConfigError as error:
         print(f"jaxrl-frag: error: {error}", file=sys.stderr)

@@ -123,6 +123,9 @@ def minibatches(key: jax.Array, batch: PyTree, num_minibatches: int) -> PyTree:
     rule = current()
     size = jax.tree.leaves(batch)[0].shape[0]
     shards = rule.shards if rule.shuffle == "local" else 1
+    if size % shards:
+        raise ConfigError("devices", shards, f"the batch of {size} samples does not divide across {shards} devices; "
+                          "use a device count that divides the number of environments")
     if size % (shards * num_minibatches):
         raise ConfigError(
             "num_minibatches", num_minibatches,

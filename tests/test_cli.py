@@ -38,6 +38,14 @@ def test_train_writes_config_metrics_and_curve(tmp_path: Path, capsys: pytest.Ca
     assert "steps/s" in out and "final mean episode return" in out
 
 
+def test_explain_data_parallel_shows_placement_and_collectives(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run_cli(capsys, "explain", "ppo", "--env", "CartPole-v1", "--policy", "data-parallel",
+                             "--devices", "4")
+    assert status == 0
+    assert "DataParallel: environment batch split over 4 cpu devices" in out
+    assert "all-reduce" in out and "all-gather" not in out and "x16" in out
+
+
 def test_explain_shows_fragments_bytes_and_flops(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run_cli(capsys, "explain", "ppo", "--env", "CartPole-v1")
     assert status == 0
@@ -59,6 +67,10 @@ def test_explain_shows_fragments_bytes_and_flops(capsys: pytest.CaptureFixture[s
         (["train", "ppo", "--env", "CartPole-v1", "--gamma", "1.5"], ["gamma=1.5", "(0, 1]"]),
         (["train", "ppo", "--env", "CartPole-v1", "--learning-rate", "1e-3"], ["unrecognized arguments: --learning-rate"]),
         (["train", "ppo", "--env", "CartPole-v1", "--num-envs", "four"], ["--num-envs", "four"]),
+        (["train", "ppo", "--env", "CartPole-v1", "--policy", "data-parallel", "--devices", "3"],
+         ["devices=3", "does not divide across 3 devices"]),
+        (["train", "ppo", "--env", "CartPole-v1", "--devices", "0"], ["devices=0", "positive"]),
+        (["train", "ppo", "--env", "CartPole-v1", "--policy", "anakin"], ["--policy", "invalid choice: 'anakin'"]),
     ],
 )
 def test_bad_input_exits_2_naming_the_setting(capsys: pytest.CaptureFixture[str], tmp_path: Path,
