@@ -10,13 +10,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "Algorithm": "jaxrl_frag.algorithm",
-    "algorithm": "jaxrl_frag.algorithm",
-    "hyperparameter": "jaxrl_frag.algorithm",
-    "static_field": "jaxrl_frag.algorithm",
+    "Algorithm": "jaxrl_frag.algorithms",
+    "algorithm": "jaxrl_frag.algorithms",
+    "hyperparameter": "jaxrl_frag.algorithms",
+    "static_field": "jaxrl_frag.algorithms",
     "ConfigError": "jaxrl_frag.errors",
-    "Fragment": "jaxrl_frag.fragment",
-    "fragment": "jaxrl_frag.fragment",
+    "Fragment": "jaxrl_frag.fragments",
+    "fragment": "jaxrl_frag.fragments",
     "FragmentGraph": "jaxrl_frag.graph",
     "batch_moments": "jaxrl_frag.primitives",
     "flatten_batch": "jaxrl_frag.primitives",
@@ -42,9 +42,9 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from jaxrl_frag import envs, primitives, recipes, sharding, transforms  # noqa: F401
-    from jaxrl_frag.algorithm import Algorithm, algorithm, hyperparameter, static_field  # noqa: F401
+    from jaxrl_frag.algorithms import Algorithm, algorithm, hyperparameter, static_field  # noqa: F401
     from jaxrl_frag.errors import ConfigError  # noqa: F401
-    from jaxrl_frag.fragment import Fragment, fragment  # noqa: F401
+    from jaxrl_frag.fragments import Fragment, fragment  # noqa: F401
     from jaxrl_frag.graph import FragmentGraph  # noqa: F401
     from jaxrl_frag.primitives import batch_moments, flatten_batch, minibatches, standardize  # noqa: F401
     from jaxrl_frag.program import Explanation, History, Program, compile  # noqa: A004, F401

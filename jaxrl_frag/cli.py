@@ -89,8 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--seed", type=_int, default=0, help="random seed (default 0)")
             sub.add_argument("--policy", choices=POLICIES, default="single",
                              help="distribution policy (default single)")
-            sub.add_argument("--devices", type=_int, default=None,
-                             help="devices for data-parallel (default all); on CPU, forces that many host devices")
+            _add_runtime_flags(sub)
             sub.add_argument("--shuffle", choices=("local", "exact"), default="local",
                              help="data-parallel minibatch shuffling: local (no trajectory traffic) or exact "
                                   "(equals single-device; moves samples) (default local)")
@@ -106,30 +105,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _force_cpu_devices(argv: Sequence[str] | None) -> None:
-    """``--devices N`` gives the CPU backend N devices. It must run before jax's first
-    operation (importing gymnax is one), so it reads its flag ahead of the full parser.
-    An accelerator backend keeps its real devices; this touches only the CPU one."""
-    early = argparse.ArgumentParser(add_help=False)
-    early.add_argument("--devices", type=_int, default=None)
-    devices = early.parse_known_args(argv)[0].devices
-    if devices is None:
-        return
-    check(devices > 0, "devices", devices, "must be a positive device count")
-    import jax
+def _add_runtime_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--devices", type=_int, default=None,
+                        help="devices per process for data-parallel (default all); on CPU, forces that many host devices")
+    parser.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                        help="multi-process run: address of process 0's coordinator (or $JAXRL_FRAG_COORDINATOR)")
+    parser.add_argument("--num-processes", type=_int, default=None, help="multi-process run: number of processes")
+    parser.add_argument("--process-id", type=_int, default=None, help="multi-process run: this process's index")
 
-    try:
-        jax.config.update("jax_num_cpu_devices", devices)
-    except RuntimeError:  # backend already up (main called in-process): fine if it has enough
-        have = len(jax.devices("cpu"))
-        check(have >= devices, "devices", devices,
-              f"the CPU backend is already running with {have} devices; start a new process")
+
+def _configure_runtime(argv: Sequence[str] | None) -> None:
+    """Device count and multi-process runtime, from their flags read ahead of the full
+    parser: both must be set before jax's first operation (importing gymnax is one).
+    ``--devices`` touches only the CPU backend; an accelerator keeps its real devices."""
+    from jaxrl_frag import distributed
+
+    early = argparse.ArgumentParser(add_help=False)
+    _add_runtime_flags(early)
+    args = early.parse_known_args(argv)[0]
+    if args.devices is not None:
+        check(args.devices > 0, "devices", args.devices, "must be a positive device count")
+        import jax
+
+        try:
+            jax.config.update("jax_num_cpu_devices", args.devices)
+        except RuntimeError:  # backend already up (main called in-process): fine if it has enough
+            have = len(jax.devices("cpu"))
+            check(have >= args.devices, "devices", args.devices,
+                  f"the CPU backend is already running with {have} devices; start a new process")
+    distributed.initialize(args.coordinator, args.num_processes, args.process_id)
 
 
 def _make_policy(args: argparse.Namespace) -> Any:
+    import jax
+
     from jaxrl_frag.sharding import DataParallel, SingleDevice
 
-    return SingleDevice() if args.policy == "single" else DataParallel(args.devices, shuffle=args.shuffle)
+    if args.policy == "single":
+        return SingleDevice()
+    devices = None if args.devices is None else args.devices * jax.process_count()
+    return DataParallel(devices, shuffle=args.shuffle)
 
 
 def _make_algorithm(args: argparse.Namespace) -> Any:
@@ -150,41 +165,54 @@ def _train(args: argparse.Namespace) -> int:
     import jax
 
     import jaxrl_frag as jf
+    from jaxrl_frag.distributed import is_main_process
     from jaxrl_frag.progress import Progress
     from jaxrl_frag.rundir import RunDir
 
+    main_process = is_main_process()  # only process 0 prints and writes
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = RunDir(args.run_dir or Path("runs") / f"{args.recipe}-{args.env}-{stamp}")
-    run_dir.check_free(args.overwrite)
+    if main_process:
+        run_dir.check_free(args.overwrite)
     algo = _make_algorithm(args)
     policy = _make_policy(args)
     _enable_compilation_cache()
-    print(f"{args.recipe} on {args.env}: {algo.num_iterations} iterations of {algo.steps_per_iteration} steps "
-          f"-> {run_dir.path}")
+    say = print if main_process else _quiet
+    say(f"{args.recipe} on {args.env}: {algo.num_iterations} iterations of {algo.steps_per_iteration} steps "
+        f"-> {run_dir.path}")
     program = jf.compile(algo, policy, chunk_iterations=args.chunk_iterations)  # validates the placement too
-    run_dir.create(args.overwrite)
-    run_dir.write_config({"recipe": args.recipe, "seed": args.seed, "chunk_iterations": program.chunk_iterations,
-                          "policy": args.policy, "devices": args.devices, "shuffle": args.shuffle,
-                          "jax": jax.__version__, "backend": jax.default_backend(), **algo.config()})
-    print(f"compiled in {program.compile_seconds:.1f} s")
-    progress = Progress(algo.num_iterations * algo.steps_per_iteration)
+    say(f"compiled in {program.compile_seconds:.1f} s; {policy.describe()}")
+    on_chunk = None
+    if main_process:
+        run_dir.create(args.overwrite)
+        run_dir.write_config({"recipe": args.recipe, "seed": args.seed, "chunk_iterations": program.chunk_iterations,
+                              "policy": args.policy, "devices": policy.device_count, "processes": jax.process_count(),
+                              "shuffle": args.shuffle, "jax": jax.__version__, "backend": jax.default_backend(),
+                              **algo.config()})
+        progress = Progress(algo.num_iterations * algo.steps_per_iteration)
 
-    def on_chunk(row: dict[str, float]) -> None:
-        run_dir.append_metrics(row)
-        progress.update(row)
+        def on_chunk(row: dict[str, float]) -> None:
+            run_dir.append_metrics(row)
+            progress.update(row)
 
     start = time.perf_counter()
     try:
         history = program.run(jax.random.PRNGKey(args.seed), on_chunk=on_chunk)
     finally:
-        progress.close()
+        if main_process:
+            progress.close()
     seconds = time.perf_counter() - start
-    curve = run_dir.plot(f"{args.recipe} on {args.env}")
     final = history.final
-    print(f"trained {int(final['env_steps']):,} steps in {seconds:.1f} s; "
-          f"final mean episode return {final.get('episode_return', float('nan')):.2f}")
-    print(f"wrote {run_dir.path / 'config.json'}, {run_dir.path / 'metrics.csv'}, {curve}")
+    say(f"trained {int(final['env_steps']):,} steps in {seconds:.1f} s; "
+        f"final mean episode return {final.get('episode_return', float('nan')):.2f}")
+    if main_process:
+        curve = run_dir.plot(f"{args.recipe} on {args.env}")
+        print(f"wrote {run_dir.path / 'config.json'}, {run_dir.path / 'metrics.csv'}, {curve}")
     return 0
+
+
+def _quiet(*_: Any, **__: Any) -> None:
+    """``print`` on processes other than 0."""
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -209,7 +237,7 @@ def _envs(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     try:
-        _force_cpu_devices(argv)
+        _configure_runtime(argv)
         args = build_parser().parse_args(argv)
         return args.handler(args)
     except ConfigError as error:

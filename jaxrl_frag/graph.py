@@ -20,7 +20,7 @@ import numpy as np
 from jax.extend import core as jcore
 
 from jaxrl_frag import costs
-from jaxrl_frag.fragment import Fragment, lookup
+from jaxrl_frag.fragments import Fragment, lookup
 
 STATE = "state"  # the training state leaving the step
 METRICS = "metrics"  # the metrics leaving it

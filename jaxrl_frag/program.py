@@ -11,10 +11,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 
 from jaxrl_frag import costs, primitives
 from jaxrl_frag import metrics as metrics_lib
-from jaxrl_frag.algorithm import Algorithm
+from jaxrl_frag.algorithms import Algorithm
 from jaxrl_frag.collectives import Collective, audit, totals
 from jaxrl_frag.errors import check
 from jaxrl_frag.graph import FragmentGraph, format_bytes
@@ -111,7 +112,7 @@ class Program:
         """The training state at iteration 0, placed by the policy."""
         if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
             key = jax.random.key_data(key)
-        return self._init(self.algorithm, key)
+        return self._init(self.algorithm, np.asarray(key))  # host data: the same on every process
 
     def run(
         self,
@@ -137,7 +138,7 @@ class Program:
             k = min(self.chunk_iterations, iterations - done)
             chunks = min(chunks_per_call, (iterations - done) // k, self.max_chunks_per_call)
             start_time = time.perf_counter()
-            state, call_rows = self._call(self.algorithm, state, jnp.int32(chunks), jnp.int32(k))
+            state, call_rows = self._call(self.algorithm, state, np.int32(chunks), np.int32(k))
             call_rows = jax.device_get(call_rows)
             seconds = time.perf_counter() - start_time
             for c in range(chunks):
@@ -148,7 +149,7 @@ class Program:
                 rows.append(row)
                 if on_chunk is not None:
                     on_chunk(row)
-            chunks_per_call = max(1, round(chunks * self.seconds_per_call / max(seconds, 1e-6)))
+            chunks_per_call = _same_on_all_processes(max(1, round(chunks * self.seconds_per_call / max(seconds, 1e-6))))
         return History(rows, state)
 
     def explain(self) -> Explanation:
@@ -213,6 +214,14 @@ def _traced_under(rule: primitives.Lowering, fn: Callable[..., Any]) -> Callable
 
     traced.__name__ = getattr(fn, "__name__", "run_chunks").lstrip("_")
     return traced
+
+
+def _same_on_all_processes(value: int) -> int:
+    """Process 0's ``value`` everywhere: every process must make the same calls, or the
+    collectives inside them would wait for each other forever."""
+    if jax.process_count() == 1:
+        return value
+    return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
 
 
 def _is_key(x: Any) -> bool:

@@ -20,9 +20,9 @@ import optax
 from flax import struct
 
 from jaxrl_frag import envs, primitives
-from jaxrl_frag.algorithm import Algorithm, hyperparameter, static_field
+from jaxrl_frag.algorithms import Algorithm, hyperparameter, static_field
 from jaxrl_frag.errors import ConfigError, check
-from jaxrl_frag.fragment import fragment
+from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics, episode_metrics
 from jaxrl_frag.recipes.advantages import gae
 from jaxrl_frag.recipes.networks import ActorCritic

@@ -37,6 +37,11 @@ class Policy(abc.ABC):
         """How the primitives lower under this policy."""
         return primitives.Lowering()
 
+    @property
+    def device_count(self) -> int:
+        """How many devices the program runs on."""
+        return 1
+
     @abc.abstractmethod
     def describe(self) -> str:
         """One line for ``explain``: the devices and how the program is spread on them."""
@@ -102,6 +107,10 @@ class DataParallel(Policy):
     @property
     def size(self) -> int:
         return self.mesh.shape[self.axis]
+
+    @property
+    def device_count(self) -> int:
+        return self.mesh.devices.size
 
     def shardings(self, state: PyTree, batch_axes: Callable[[], BatchAxes]) -> tuple[Sharding, PyTree]:
         replicated = NamedSharding(self.mesh, PartitionSpec())

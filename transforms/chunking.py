@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_frag import metrics as metrics_lib
-from jaxrl_frag.algorithm import Algorithm
+from jaxrl_frag.algorithms import Algorithm
 
 PyTree = Any
 

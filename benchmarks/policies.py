@@ -1,0 +1,55 @@
+"""DataParallel on one device against SingleDevice: the cost of the rewrite itself.
+
+    python benchmarks/policies.py [--repeats 5] [--num-envs 64] [--total-steps 1e6]
+
+Compiles PPO on CartPole-v1 under both policies, then trains with each
+``--repeats`` times, alternating (after one warm-up run each), and prints the
+median train seconds and their ratio (DataParallel / SingleDevice).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import jax
+from overhead import alternate
+
+import jaxrl_frag as jf
+from jaxrl_frag.sharding import DataParallel, SingleDevice
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--num-envs", type=int, default=64)
+    parser.add_argument("--total-steps", type=float, default=1e6)
+    args = parser.parse_args()
+    algo = jf.recipes.PPO.create("CartPole-v1", num_envs=args.num_envs, total_steps=int(args.total_steps))
+    programs = {"single": jf.compile(algo, SingleDevice()), "data-parallel(1)": jf.compile(algo, DataParallel(1))}
+
+    def runner(program: jf.Program):
+        def run() -> float:
+            history = program.run(jax.random.PRNGKey(0))
+            jax.block_until_ready(history.state)
+            return history.final["episode_return"]
+
+        return run
+
+    runs = {name: runner(p) for name, p in programs.items()}
+    returns = {name: run() for name, run in runs.items()}
+    seconds = alternate(runs, args.repeats)
+    single, dp = statistics.median(seconds["single"]), statistics.median(seconds["data-parallel(1)"])
+    pairs = statistics.median(b / a for a, b in zip(seconds["single"], seconds["data-parallel(1)"], strict=True))
+    print(f"PPO CartPole-v1, {args.num_envs} envs, {int(args.total_steps):,} steps, {args.repeats} alternating runs")
+    print({name: [round(s, 3) for s in v] for name, v in seconds.items()})
+    print("| policy | median train s | final return |")
+    print("|---|---|---|")
+    for name, med in (("SingleDevice", single), ("DataParallel(1)", dp)):
+        key = "single" if name == "SingleDevice" else "data-parallel(1)"
+        print(f"| {name} | {med:.2f} | {returns[key]:.1f} |")
+    print(f"ratio DataParallel(1) / SingleDevice: {dp / single:.3f} (median of per-round ratios {pairs:.3f})")
+
+
+if __name__ == "__main__":
+    main()
