@@ -10,23 +10,26 @@ matplotlib.use("Agg", force=False)
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-LOSSES = ("policy_loss", "value_loss", "entropy")
+PANELS = (("value loss", ("value_loss",)), ("policy loss and entropy", ("policy_loss", "entropy")))
 
 
 def learning_curve(metrics: Mapping[str, Sequence[float]], title: str) -> Figure:
-    """Mean episode return against environment steps, with the losses beside it."""
-    losses = [name for name in LOSSES if name in metrics]
-    fig, axes = plt.subplots(1, 1 + bool(losses), figsize=(11 if losses else 6.5, 4), squeeze=False)
+    """Mean episode return against environment steps, with the losses beside it
+    (each panel only if the run reports its metrics)."""
+    panels = [(name, [m for m in keys if m in metrics]) for name, keys in PANELS]
+    panels = [(name, keys) for name, keys in panels if keys]
+    fig, axes = plt.subplots(1, 1 + len(panels), figsize=(5.5 * (1 + len(panels)), 4), squeeze=False)
+    steps = metrics["env_steps"]
     ax = axes[0, 0]
-    ax.plot(metrics["env_steps"], metrics["episode_return"], color="tab:blue", lw=1.8)
+    ax.plot(steps, metrics["episode_return"], color="tab:blue", lw=1.8)
     ax.set(xlabel="environment steps", ylabel="mean episode return", title=title)
-    ax.grid(alpha=0.3)
-    if losses:
-        ax = axes[0, 1]
-        for name in losses:
-            ax.plot(metrics["env_steps"], metrics[name], label=name, lw=1.2)
-        ax.set(xlabel="environment steps", title="losses (per-chunk mean)")
-        ax.legend()
+    for ax, (name, keys) in zip(axes[0, 1:], panels, strict=True):
+        for key in keys:
+            ax.plot(steps, metrics[key], label=key.replace("_", " "), lw=1.2)
+        ax.set(xlabel="environment steps", title=f"{name} (mean per row)")
+        if len(keys) > 1:
+            ax.legend()
+    for ax in axes[0]:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig

@@ -90,6 +90,13 @@ class DataParallel(Policy):
     tolerance, at the price of moving trajectory samples between devices for the
     global permutation. With ``shuffle="local"`` (the default) each device
     shuffles its own samples: statistically the same, not bitwise the same.
+
+    Why ``jit`` + ``NamedSharding`` rather than ``shard_map`` or ``pmap``: the
+    whole chunked training loop is partitioned as one program from the global
+    view the algorithm is written in, so no axis names or collectives appear in
+    algorithm code, and the collectives XLA chooses are read back and audited
+    (``Program.explain``). ``pmap`` would need a per-device program and explicit
+    ``pmean``s in the algorithm.
     """
 
     devices: int | None = None
