@@ -24,19 +24,23 @@ def _space(space: Any) -> Space:
     raise TypeError(f"gymnax space {space!r} is not supported (Discrete and Box are)")
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True)
 class GymnaxEnv(Env):
-    """One gymnax environment; ``step`` auto-resets and keeps terminated/truncated apart."""
+    """One gymnax environment; ``step`` auto-resets and keeps terminated/truncated apart.
+
+    Equal to another made from the same id and arguments, so algorithms built
+    separately on the same environment have the same structure."""
 
     name: str
-    env: Any
-    params: Any
+    kwargs: tuple[tuple[str, Any], ...]
+    env: Any = dataclasses.field(compare=False)
+    params: Any = dataclasses.field(compare=False)
     num_envs: None = None
 
     @classmethod
     def make(cls, name: str, **kwargs: Any) -> GymnaxEnv:
         env, params = gymnax.make(name, **kwargs)
-        return cls(name, env, params)
+        return cls(name, tuple(sorted(kwargs.items())), env, params)
 
     @property
     def observation_space(self) -> Box:

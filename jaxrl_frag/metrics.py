@@ -39,14 +39,15 @@ def reduce(total: Metrics, iterations: jax.Array) -> Metrics:
     return {k: v if is_summed(k) else v / iterations for k, v in total.items()}
 
 
-def finalize(row: dict[str, float]) -> dict[str, float]:
-    """Host side: ``episode_return`` and ``episode_length`` from their sums (NaN without episodes)."""
-    out = dict(row)
-    count = row.get("episode_count")
+def finalize(row: dict[str, np.ndarray]) -> dict[str, float | np.ndarray]:
+    """Host side: ``episode_return`` and ``episode_length`` from their sums (NaN without
+    episodes). Scalars become floats; a population's per-member values stay arrays."""
+    out = {k: np.asarray(v, np.float64) for k, v in row.items()}
+    count = out.get("episode_count")
     if count is not None:
         for name in ("episode_return", "episode_length"):
             total = out.pop(f"{name}_sum", None)
             if total is not None:
-                out[name] = float(total / count) if count > 0 else float("nan")
+                out[name] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
     first = [k for k in ("episode_return", "episode_length", "episode_count") if k in out]
-    return {k: float(np.asarray(out[k])) for k in first + sorted(set(out) - set(first))}
+    return {k: float(out[k]) if out[k].ndim == 0 else out[k] for k in first + sorted(set(out) - set(first))}

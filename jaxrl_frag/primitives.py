@@ -43,6 +43,7 @@ class Lowering:
     mesh: Mesh | None = None
     axis: str = "data"
     shuffle: str = "exact"
+    population_axis: str | None = None  # the mesh axis that splits a population's members, if any
 
     @property
     def shards(self) -> int:

@@ -62,18 +62,23 @@ class SingleDevice(Policy):
         return f"SingleDevice: {device.platform}:{device.id}"
 
 
-def make_mesh(devices: int | None = None, axis: str = "data") -> Mesh:
-    """A 1-D mesh named ``axis`` over the first ``devices`` of all (global) devices."""
+def make_mesh(**axes: int | None) -> Mesh:
+    """A mesh over the first devices of all (global) devices, one named axis per keyword:
+    ``make_mesh(data=4)``, ``make_mesh(pop=2, data=2)``. One axis may be ``None``: it
+    takes every device the others leave."""
     available = jax.devices()
-    count = len(available) if devices is None else devices
-    check(count > 0, "devices", count, "must be a positive device count")
-    if count > len(available):
+    for name, size in axes.items():
+        check(size is None or size > 0, "devices", size, f"the {name!r} axis needs a positive device count")
+    fixed = int(np.prod([s for s in axes.values() if s is not None], dtype=np.int64))
+    sizes = {name: (len(available) // fixed if size is None else size) for name, size in axes.items()}
+    count = int(np.prod(list(sizes.values()), dtype=np.int64))
+    if count > len(available) or count == 0:
         raise ConfigError(
             "devices", count,
             f"only {len(available)} {available[0].platform} device(s) exist; ask for at most {len(available)} "
             "(on CPU the command line's --devices forces that many host devices)",
         )
-    return Mesh(np.array(available[:count]), (axis,))
+    return Mesh(np.array(available[:count]).reshape(tuple(sizes.values())), tuple(sizes))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +113,7 @@ class DataParallel(Policy):
         check(self.shuffle in primitives.SHUFFLES, "shuffle", self.shuffle,
               f"choose one of {', '.join(primitives.SHUFFLES)}")
         if self.mesh is None:
-            object.__setattr__(self, "mesh", make_mesh(self.devices, self.axis))
+            object.__setattr__(self, "mesh", make_mesh(**{self.axis: self.devices}))
         check(self.axis in self.mesh.shape, "axis", self.axis, f"the mesh's axes are {tuple(self.mesh.shape)}")
 
     @property
@@ -120,29 +125,7 @@ class DataParallel(Policy):
         return self.mesh.devices.size
 
     def shardings(self, state: PyTree, batch_axes: Callable[[], BatchAxes]) -> tuple[Sharding, PyTree]:
-        replicated = NamedSharding(self.mesh, PartitionSpec())
-        axes = batch_axes()
-
-        def field_shardings(field: str, subtree: PyTree) -> PyTree:
-            axis = axes.get(field)
-
-            def place(node: Any) -> Any:
-                if axis is None or isinstance(node, Shared):
-                    return jax.tree.map(lambda _: replicated, node)
-                if node.shape[axis] % self.size:
-                    raise ConfigError(
-                        "devices", self.size,
-                        f"the environment batch of {node.shape[axis]} (state field {field!r}) does not divide across "
-                        f"{self.size} devices; use a device count that divides it, or a multiple of {self.size} "
-                        "environments",
-                    )
-                spec = [None] * len(node.shape)
-                spec[axis] = self.axis
-                return NamedSharding(self.mesh, PartitionSpec(*spec))
-
-            return jax.tree.map(place, subtree, is_leaf=lambda n: isinstance(n, Shared))
-
-        return replicated, _map_fields(field_shardings, state)
+        return NamedSharding(self.mesh, PartitionSpec()), _split_state(state, batch_axes(), self.mesh, self.axis)
 
     def lowering(self) -> primitives.Lowering:
         return primitives.Lowering(self.mesh, self.axis, self.shuffle)
@@ -151,6 +134,83 @@ class DataParallel(Policy):
         kinds = sorted({d.platform for d in self.mesh.devices.flat})
         return (f"DataParallel: environment batch split over {self.size} {'/'.join(kinds)} devices "
                 f"(mesh axis {self.axis!r}), parameters replicated, {self.shuffle} minibatch shuffling")
+
+
+@dataclasses.dataclass(frozen=True)
+class Population(Policy):
+    """A population's members split over ``pop`` devices, each member data-parallel
+    over ``data`` devices: a 2-D mesh ``pop x data``. Pair it with
+    ``transforms.Population``. Members never communicate; within a member, the
+    ``DataParallel`` rewrite applies unchanged (same ``shuffle`` modes and exactness)."""
+
+    pop: int | None = None
+    data: int = 1
+    shuffle: str = "local"
+    mesh: Mesh | None = None
+
+    def __post_init__(self) -> None:
+        check(self.shuffle in primitives.SHUFFLES, "shuffle", self.shuffle,
+              f"choose one of {', '.join(primitives.SHUFFLES)}")
+        if self.mesh is None:
+            object.__setattr__(self, "mesh", make_mesh(pop=self.pop, data=self.data))
+        check(set(self.mesh.axis_names) == {"pop", "data"}, "mesh", self.mesh.axis_names,
+              "a population mesh has axes 'pop' and 'data'")
+
+    @property
+    def device_count(self) -> int:
+        return self.mesh.devices.size
+
+    def shardings(self, state: PyTree, batch_axes: Callable[[], BatchAxes]) -> tuple[Sharding, PyTree]:
+        return NamedSharding(self.mesh, PartitionSpec()), _split_state(state, batch_axes(), self.mesh, "data", "pop")
+
+    def lowering(self) -> primitives.Lowering:
+        return primitives.Lowering(self.mesh, "data", self.shuffle, population_axis="pop")
+
+    def describe(self) -> str:
+        pop, data = self.mesh.shape["pop"], self.mesh.shape["data"]
+        return (f"Population: members split over {pop} devices (mesh axis 'pop'), each member's environment batch "
+                f"over {data} (mesh axis 'data'), {self.shuffle} minibatch shuffling")
+
+
+def _split_state(state: PyTree, batch_axes: BatchAxes, mesh: Mesh, data_axis: str,
+                 member_axis: str | None = None) -> PyTree:
+    """Shardings for ``state``: each environment-batched field split along ``data_axis``
+    on its batch axis (``Shared`` nodes excepted); with ``member_axis``, every leaf's
+    leading (member) axis split along it too, and batch axes counted after it."""
+    lead = 0 if member_axis is None else 1
+
+    def spec(ndim: int, axis: int | None) -> NamedSharding:
+        parts: list[str | None] = [None] * ndim
+        if member_axis is not None:
+            parts[0] = member_axis
+        if axis is not None:
+            parts[axis + lead] = data_axis
+        return NamedSharding(mesh, PartitionSpec(*parts))
+
+    def check_divides(field: str, size: int, axis_name: str, what: str) -> None:
+        count = mesh.shape[axis_name]
+        if size % count:
+            raise ConfigError(
+                "devices", count,
+                f"the {what} of {size} (state field {field!r}) does not divide across {count} devices; "
+                f"use a device count that divides it, or a multiple of {count}",
+            )
+
+    def field_shardings(field: str, subtree: PyTree) -> PyTree:
+        axis = batch_axes.get(field)
+
+        def place(node: Any) -> Any:
+            if isinstance(node, Shared):
+                return jax.tree.map(lambda x: spec(len(x.shape), None), node)
+            if member_axis is not None:
+                check_divides(field, node.shape[0], member_axis, "population")
+            if axis is not None:
+                check_divides(field, node.shape[axis + lead], data_axis, "environment batch")
+            return spec(len(node.shape), axis)
+
+        return jax.tree.map(place, subtree, is_leaf=lambda n: isinstance(n, Shared))
+
+    return _map_fields(field_shardings, state)
 
 
 def _map_fields(fn: Callable[[str, PyTree], PyTree], state: PyTree) -> PyTree:
