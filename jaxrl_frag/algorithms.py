@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import jax
+import numpy as np
 from flax import struct
 
 from jaxrl_frag.envs.core import Box, Discrete, Env
@@ -78,7 +79,7 @@ class Algorithm:
                 value = value.name
             elif callable(value):
                 continue
-            out[f.name] = value.item() if hasattr(value, "item") else value
+            out[f.name] = _plain(value)
         return out
 
 
@@ -110,7 +111,7 @@ class FunctionAlgorithm(Algorithm):
         leaves = jax.tree_util.tree_leaves_with_path(self.hparams)
         return {
             "step": self.step_fn.__name__,
-            **{jax.tree_util.keystr(p): (v.item() if hasattr(v, "item") else v) for p, v in leaves},
+            **{jax.tree_util.keystr(p): _plain(v) for p, v in leaves},
         }
 
 
@@ -132,3 +133,8 @@ def algorithm(
         return FunctionAlgorithm(init, step, steps_per_iteration, num_iterations, hparams)
 
     return wrap
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-ready copy: arrays (a population's stacked hyperparameters too) become lists or numbers."""
+    return np.asarray(value).tolist() if hasattr(value, "shape") else value

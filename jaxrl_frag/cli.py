@@ -21,10 +21,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from jaxrl_frag.errors import ConfigError, check
 
 USAGE_ERROR = 2
-POLICIES = ("single", "data-parallel")
+POLICIES = ("single", "data-parallel", "population")
 
 
 def _int(text: str) -> int:
@@ -95,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
                                   "(equals single-device; moves samples) (default local)")
             sub.add_argument("--chunk-iterations", type=_int, default=None,
                              help="iterations per row of metrics.csv (default: 50 rows per run)")
+            sub.add_argument("--seeds", type=_int, default=1,
+                             help="train this many seeds (from --seed on) as one population (default 1)")
+            sub.add_argument("--sweep", action="append", default=[], metavar="NAME=V1,V2|NAME=DIST:LOW:HIGH",
+                             help="sweep a hyperparameter over values, or draw it from uniform/loguniform "
+                                  "(with --samples); repeatable; every setting runs with every seed")
+            sub.add_argument("--samples", type=_int, default=None, help="random-search settings to draw")
             if command is train:
                 sub.add_argument("--run-dir", type=Path, default=None,
                                  help="where config.json, metrics.csv and learning_curve.png go "
@@ -139,18 +147,33 @@ def _configure_runtime(argv: Sequence[str] | None) -> None:
 def _make_policy(args: argparse.Namespace) -> Any:
     import jax
 
-    from jaxrl_frag.sharding import DataParallel, SingleDevice
+    from jaxrl_frag.sharding import DataParallel, Population, SingleDevice
 
     if args.policy == "single":
         return SingleDevice()
     devices = None if args.devices is None else args.devices * jax.process_count()
+    if args.policy == "population":
+        return Population(pop=devices, shuffle=args.shuffle)
     return DataParallel(devices, shuffle=args.shuffle)
 
 
-def _make_algorithm(args: argparse.Namespace) -> Any:
+def _make_algorithm(args: argparse.Namespace) -> tuple[Any, list[tuple[dict[str, float], int]] | None]:
+    """The algorithm, and for a population (``--seeds`` > 1 or ``--sweep``) its members'
+    settings and seeds, in member order."""
+    from jaxrl_frag import sweeps
+    from jaxrl_frag.transforms import Population
+
     if args.chunk_iterations is not None:
         check(args.chunk_iterations > 0, "chunk_iterations", args.chunk_iterations, "must be a positive iteration count")
-    return args.recipe_cls.create(args.env, **_recipe_overrides(args, args.recipe_cls))
+    overrides = _recipe_overrides(args, args.recipe_cls)
+    if args.seeds == 1 and not args.sweep:
+        check(args.samples is None, "samples", args.samples, "--samples is for random search with --sweep")
+        return args.recipe_cls.create(args.env, **overrides), None
+    setting_list = sweeps.settings(args.sweep, args.samples, args.seed)
+    sweeps.check_traced(args.recipe_cls, list(setting_list[0]))
+    members = sweeps.members(setting_list, args.seeds, args.seed)
+    algorithms = [args.recipe_cls.create(args.env, **{**overrides, **setting}) for setting, _ in members]
+    return Population.of(algorithms, [seed for _, seed in members]), members
 
 
 def _enable_compilation_cache() -> None:
@@ -174,7 +197,7 @@ def _train(args: argparse.Namespace) -> int:
     run_dir = RunDir(args.run_dir or Path("runs") / f"{args.recipe}-{args.env}-{stamp}")
     if main_process:
         run_dir.check_free(args.overwrite)
-    algo = _make_algorithm(args)
+    algo, members = _make_algorithm(args)
     policy = _make_policy(args)
     _enable_compilation_cache()
     say = print if main_process else _quiet
@@ -191,9 +214,15 @@ def _train(args: argparse.Namespace) -> int:
                               **algo.config()})
         progress = Progress(algo.num_iterations * algo.steps_per_iteration)
 
-        def on_chunk(row: dict[str, float]) -> None:
-            run_dir.append_metrics(row)
-            progress.update(row)
+        def on_chunk(row: dict[str, Any]) -> None:
+            if members is None:
+                run_dir.append_metrics(row)
+                progress.update(row)
+                return
+            for i, (setting, seed) in enumerate(members):
+                run_dir.append_metrics({"member": i, "seed": seed, **setting,
+                                        **{k: v[i] if np.ndim(v) else v for k, v in row.items()}})
+            progress.update({k: float(np.nanmean(v)) for k, v in row.items()})
 
     start = time.perf_counter()
     try:
@@ -204,11 +233,40 @@ def _train(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     final = history.final
     say(f"trained {int(final['env_steps']):,} steps in {seconds:.1f} s; "
-        f"final mean episode return {final.get('episode_return', float('nan')):.2f}")
+        f"final mean episode return {float(np.nanmean(final.get('episode_return', np.nan))):.2f}")
     if main_process:
-        curve = run_dir.plot(f"{args.recipe} on {args.env}")
+        title = f"{args.recipe} on {args.env}"
+        if members is None:
+            curve = run_dir.plot(title)
+        else:
+            curve = _write_population_report(run_dir, history, members, title)
         print(f"wrote {run_dir.path / 'config.json'}, {run_dir.path / 'metrics.csv'}, {curve}")
     return 0
+
+
+def _write_population_report(run_dir: Any, history: Any, members: list[tuple[dict[str, float], int]],
+                             title: str) -> Path:
+    """The summary table per setting (printed, and saved as summary.md and summary.csv)
+    and the learning curves with 95% intervals; returns the plot's path."""
+    import csv
+
+    from jaxrl_frag import plots, summary
+
+    rows = summary.by_setting(history.final["episode_return"], members)
+    table = summary.markdown(rows)
+    print(table)
+    best = {k: v for k, v in rows[0].items() if k in members[0][0]}
+    print(f"best setting: {best or 'all members share one setting'} (mean final return {rows[0]['mean_return']:.2f})")
+    (run_dir.path / "summary.md").write_text(table + "\n")
+    with open(run_dir.path / "summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, [k for k in rows[0] if k != "members"], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    groups = [(", ".join(f"{k}={v:g}" for k, v in row.items() if k in members[0][0]) or "all seeds",
+               row["members"]) for row in rows]
+    curve = run_dir.path / "learning_curve.png"
+    plots.population_curves(history["env_steps"], history["episode_return"], groups, title).savefig(curve, dpi=120)
+    return curve
 
 
 def _quiet(*_: Any, **__: Any) -> None:
@@ -218,7 +276,7 @@ def _quiet(*_: Any, **__: Any) -> None:
 def _explain(args: argparse.Namespace) -> int:
     import jaxrl_frag as jf
 
-    algo = _make_algorithm(args)
+    algo, _ = _make_algorithm(args)
     policy = _make_policy(args)
     _enable_compilation_cache()
     program = jf.compile(algo, policy, chunk_iterations=args.chunk_iterations)

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import matplotlib
+import numpy as np
+
+from jaxrl_frag.summary import bootstrap_ci
 
 matplotlib.use("Agg", force=False)
 import matplotlib.pyplot as plt
@@ -31,5 +34,25 @@ def learning_curve(metrics: Mapping[str, Sequence[float]], title: str) -> Figure
             ax.legend()
     for ax in axes[0]:
         ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def population_curves(env_steps: Sequence[float], returns: np.ndarray, groups: Sequence[tuple[str, Sequence[int]]],
+                      title: str) -> Figure:
+    """Mean episode return of each group of members (a hyperparameter setting over its
+    seeds) against environment steps, shaded with its 95% bootstrap interval.
+    ``returns`` is ``[rows, members]``."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for label, members in groups:
+        values = returns[:, list(members)]
+        mean = np.nanmean(values, axis=1)
+        line = ax.plot(env_steps, mean, lw=1.6, label=f"{label} (n={len(members)})")[0]
+        if len(members) > 1:
+            low, high = bootstrap_ci(np.nan_to_num(values, nan=np.nanmean(values)), axis=1)
+            ax.fill_between(env_steps, low, high, color=line.get_color(), alpha=0.2, lw=0)
+    ax.set(xlabel="environment steps", ylabel="mean episode return", title=f"{title} (shaded: 95% bootstrap CI)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

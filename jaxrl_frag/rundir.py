@@ -66,4 +66,4 @@ class RunDir:
 
 
 def _cell(value: float) -> str:
-    return repr(float(value))
+    return str(value) if isinstance(value, int) else repr(float(value))

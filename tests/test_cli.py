@@ -115,3 +115,38 @@ def test_recipe_on_an_action_space_it_cannot_act_in() -> None:
     message = str(err.value)
     assert err.value.field == "env" and "CartPole-v1" in message
     assert "discrete actions" in message and "supports continuous actions only" in message
+
+
+def test_sweep_writes_member_rows_summary_and_curves(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = tmp_path / "sweep"
+    status, out, _ = run_cli(capsys, "train", "ppo", "--env", "CartPole-v1", "--total-steps", "4096", "--seeds", "2",
+                             "--sweep", "lr=1e-4,1e-3", "--run-dir", str(run_dir))
+    assert status == 0
+    with open(run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["member"] for r in rows} == {"0", "1", "2", "3"} and {r["seed"] for r in rows} == {"0", "1"}
+    assert {float(r["lr"]) for r in rows} == {1e-4, 1e-3}
+    summary = (run_dir / "summary.md").read_text()
+    assert "mean_return" in summary and "ci95_low" in summary and "iqm_return" in summary
+    assert "best setting: {'lr':" in out
+    assert json.loads((run_dir / "config.json").read_text())["members"] == 4
+    assert (run_dir / "learning_curve.png").exists() and (run_dir / "summary.csv").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--sweep", "num_envs=4,8"], ["sweep='num_envs'", "static field", "separate runs"]),
+        (["--sweep", "lr=fast"], ["sweep='lr=fast'", "numbers"]),
+        (["--sweep", "lr=loguniform:1e-5:1e-2"], ["samples=None", "--samples"]),
+        (["--sweep", "learning_rate=1e-3"], ["sweep='learning_rate'", "sweepable"]),
+        (["--seeds", "0"], ["seeds=0", "positive"]),
+    ],
+)
+def test_bad_sweeps_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str],
+                           expected: list[str]) -> None:
+    status, _, err = run_cli(capsys, "train", "ppo", "--env", "CartPole-v1", *argv, "--run-dir", str(tmp_path / "x"))
+    assert status == 2
+    for text in expected:
+        assert text in err, err
+    assert not (tmp_path / "x").exists()

@@ -43,3 +43,24 @@ def test_sweeping_a_static_field_is_refused() -> None:
     with pytest.raises(ConfigError) as err:
         Population.of([a, b], [0, 1])
     assert err.value.field == "num_envs" and "static field" in str(err.value) and "separate runs" in str(err.value)
+
+
+def test_grid_and_random_search_settings() -> None:
+    from jaxrl_frag import sweeps
+
+    grid = sweeps.settings(["lr=1e-4,3e-4,1e-3", "ent_coef=0,0.01"])
+    assert len(grid) == 6 and {"lr": 1e-3, "ent_coef": 0.01} in grid
+    drawn = sweeps.settings(["lr=loguniform:1e-5:1e-2", "gamma=0.9,0.99"], samples=32, seed=1)
+    assert len(drawn) == 32 and drawn == sweeps.settings(["lr=loguniform:1e-5:1e-2", "gamma=0.9,0.99"], 32, 1)
+    lrs = np.array([s["lr"] for s in drawn])
+    assert lrs.min() >= 1e-5 and lrs.max() <= 1e-2 and lrs.min() < 1e-4 < lrs.max()  # spread over decades
+    assert {s["gamma"] for s in drawn} == {0.9, 0.99}
+
+
+def test_interval_statistics() -> None:
+    from jaxrl_frag.summary import bootstrap_ci, iqm
+
+    assert iqm(np.array([0.0, 1, 2, 3, 4, 5, 6, 100])) == 3.5  # the middle half: 2, 3, 4, 5
+    values = np.random.default_rng(0).normal(10.0, 1.0, size=400)
+    low, high = bootstrap_ci(values)
+    assert low < 10.0 < high and high - low < 0.3
