@@ -39,11 +39,12 @@ def load_fused(path: Path) -> ModuleType:
     return module
 
 
-def compile_fused(fused: ModuleType, env: str, num_envs: int, total_steps: int) -> tuple[float, Callable[[], float]]:
+def compile_fused(fused: ModuleType, env: str, num_envs: int, total_steps: int,
+                  seeds: int = 1) -> tuple[float, Callable[[], float]]:
     """Compile seconds, and a function that trains once and returns the mean return
-    of the last 10% of finished episodes."""
+    of the last 10% of finished episodes (of the first seed)."""
     train, _ = fused.make_train(env, num_envs, total_steps)
-    keys = jax.random.split(jax.random.PRNGKey(0), 1)
+    keys = jax.random.split(jax.random.PRNGKey(0), seeds)
     t0 = time.perf_counter()
     compiled = jax.jit(jax.vmap(train)).lower(keys).compile()
     seconds = time.perf_counter() - t0
