@@ -110,11 +110,7 @@ class DataParallel(Policy):
     mesh: Mesh | None = None
 
     def __post_init__(self) -> None:
-        check(self.shuffle in primitives.SHUFFLES, "shuffle", self.shuffle,
-              f"choose one of {', '.join(primitives.SHUFFLES)}")
-        if self.mesh is None:
-            object.__setattr__(self, "mesh", make_mesh(**{self.axis: self.devices}))
-        check(self.axis in self.mesh.shape, "axis", self.axis, f"the mesh's axes are {tuple(self.mesh.shape)}")
+        _set_up_mesh(self, {self.axis: self.devices})
 
     @property
     def size(self) -> int:
@@ -149,12 +145,7 @@ class Population(Policy):
     mesh: Mesh | None = None
 
     def __post_init__(self) -> None:
-        check(self.shuffle in primitives.SHUFFLES, "shuffle", self.shuffle,
-              f"choose one of {', '.join(primitives.SHUFFLES)}")
-        if self.mesh is None:
-            object.__setattr__(self, "mesh", make_mesh(pop=self.pop, data=self.data))
-        check(set(self.mesh.axis_names) == {"pop", "data"}, "mesh", self.mesh.axis_names,
-              "a population mesh has axes 'pop' and 'data'")
+        _set_up_mesh(self, {"pop": self.pop, "data": self.data})
 
     @property
     def device_count(self) -> int:
@@ -170,6 +161,17 @@ class Population(Policy):
         pop, data = self.mesh.shape["pop"], self.mesh.shape["data"]
         return (f"Population: members split over {pop} devices (mesh axis 'pop'), each member's environment batch "
                 f"over {data} (mesh axis 'data'), {self.shuffle} minibatch shuffling")
+
+
+def _set_up_mesh(policy: DataParallel | Population, axes: dict[str, int | None]) -> None:
+    """Check a mesh policy's ``shuffle``, build its mesh from ``axes`` unless one was
+    given, and check that the mesh has those axes."""
+    check(policy.shuffle in primitives.SHUFFLES, "shuffle", policy.shuffle,
+          f"choose one of {', '.join(primitives.SHUFFLES)}")
+    if policy.mesh is None:
+        object.__setattr__(policy, "mesh", make_mesh(**axes))
+    check(set(axes) <= set(policy.mesh.axis_names), "mesh", policy.mesh.axis_names,
+          f"this policy needs mesh axes {', '.join(map(repr, axes))}")
 
 
 def _split_state(state: PyTree, batch_axes: BatchAxes, mesh: Mesh, data_axis: str,
