@@ -1,67 +1,89 @@
 """Sixteen seeds of PPO as one population, against the yardstick's vmapped seeds and
 against sixteen solo runs one after another.
 
-    python benchmarks/population.py [--seeds 16] [--repeats 3]
+    python benchmarks/population.py [--seeds 16] [--repeats 3] [--total-steps 5e5]
 
-PPO on CartPole-v1 with the yardstick's settings (4 envs, 5e5 steps per seed).
-Each contender is compiled once, run once to warm up, then the three alternate
-``--repeats`` times. Prints median train seconds, the ratio population /
-fused (target <= 1.00) and the speedup of the population over sequential solo runs.
+PPO on CartPole-v1 with the yardstick's settings (4 envs, 5e5 steps per seed). Each
+measurement is a fresh process that compiles its contender and times one training
+run (as ``fused_ppo.py`` does); the three contenders alternate, the order swapped
+every round. One program per process also keeps clear of an XLA CPU runtime hang
+seen when several large vmapped executables take turns in one process. Prints
+median train seconds, the ratio population / fused (target <= 1.00) and the speedup
+of the population over the sequential solo runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
+import sys
 import time
 
-import jax
-import numpy as np
-from overhead import DEFAULT_FUSED, alternate, compile_fused, load_fused
+ENV, NUM_ENVS = "CartPole-v1", 4
+CONTENDERS = ("population", "fused --seeds", "sequential solo")
 
-import jaxrl_frag as jf
-from jaxrl_frag.transforms import Population
 
-ENV, NUM_ENVS, TOTAL = "CartPole-v1", 4, 500_000
+def measure(contender: str, seeds: int, total: int) -> dict[str, float]:
+    """Compile ``contender`` and time one training run of it, in this process."""
+    import jax
+    import numpy as np
+    from overhead import DEFAULT_FUSED, compile_fused, load_fused
+
+    import jaxrl_frag as jf
+    from jaxrl_frag.transforms import Population
+
+    algo = jf.recipes.PPO.create(ENV, num_envs=NUM_ENVS, total_steps=total)
+    t0 = time.perf_counter()
+    if contender == "fused --seeds":
+        _, run = compile_fused(load_fused(DEFAULT_FUSED), ENV, NUM_ENVS, total, seeds=seeds)
+    else:
+        program = jf.compile(Population.of([algo] * seeds, list(range(seeds))) if contender == "population" else algo)
+
+        def run() -> float:
+            starts = [0] if contender == "population" else range(seeds)
+            finals = []
+            for seed in starts:
+                history = program.run(jax.random.PRNGKey(seed))
+                finals.append(np.nanmean(history.final["episode_return"]))
+            jax.block_until_ready(history.state)
+            return float(np.mean(finals))
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    final = run()
+    return {"compile_s": compile_s, "train_s": time.perf_counter() - t0, "return": final}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--total-steps", type=float, default=5e5, help="environment steps per seed")
+    parser.add_argument("--contender", choices=CONTENDERS, help=argparse.SUPPRESS)  # one measurement, in a child
     args = parser.parse_args()
-    algo = jf.recipes.PPO.create(ENV, num_envs=NUM_ENVS, total_steps=TOTAL)
-    t0 = time.perf_counter()
-    population = jf.compile(Population.of([algo] * args.seeds, list(range(args.seeds))))
-    compile_pop = time.perf_counter() - t0
-    solo = jf.compile(algo)
-    compile_fused_s, fused_run = compile_fused(load_fused(DEFAULT_FUSED), ENV, NUM_ENVS, TOTAL, seeds=args.seeds)
-
-    def run_population() -> float:
-        history = population.run(jax.random.PRNGKey(0))
-        jax.block_until_ready(history.state)
-        return float(np.nanmean(history.final["episode_return"]))
-
-    def run_solo_sequentially() -> float:
-        finals = []
-        for seed in range(args.seeds):
-            history = solo.run(jax.random.PRNGKey(seed))
-            finals.append(history.final["episode_return"])
-        jax.block_until_ready(history.state)
-        return float(np.nanmean(finals))
-
-    runs = {"population": run_population, "fused --seeds": fused_run, "sequential solo": run_solo_sequentially}
-    returns = {name: run() for name, run in runs.items()}
-    seconds = alternate(runs, args.repeats)
-    med = {name: statistics.median(s) for name, s in seconds.items()}
-    print(f"{args.seeds} seeds of PPO {ENV}, {NUM_ENVS} envs, {TOTAL:,} steps each; {args.repeats} alternating rounds")
-    print({name: [round(s, 2) for s in v] for name, v in seconds.items()})
-    print(f"compile s: population {compile_pop:.2f}, fused {compile_fused_s:.2f}")
-    print("| contender | median train s | mean final return |")
-    print("|---|---|---|")
-    for name in runs:
-        print(f"| {name} | {med[name]:.2f} | {returns[name]:.1f} |")
-    print(f"population / fused: {med['population'] / med['fused --seeds']:.3f}; "
+    total = int(args.total_steps)
+    if args.contender:
+        print(json.dumps(measure(args.contender, args.seeds, total)))
+        return
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in CONTENDERS}
+    for repeat in range(args.repeats):
+        for name in (CONTENDERS if repeat % 2 == 0 else tuple(reversed(CONTENDERS))):
+            child = subprocess.run([sys.executable, __file__, "--contender", name, "--seeds", str(args.seeds),
+                                    "--total-steps", str(total)], capture_output=True, text=True, check=True)
+            results[name].append(json.loads(child.stdout.strip().splitlines()[-1]))
+            print(name, results[name][-1], flush=True)
+    med = {name: statistics.median(r["train_s"] for r in rs) for name, rs in results.items()}
+    print(f"\n{args.seeds} seeds of PPO {ENV}, {NUM_ENVS} envs, {total:,} steps each; {args.repeats} alternating rounds")
+    print("| contender | train s (each round) | median train s | median compile s | mean final return |")
+    print("|---|---|---|---|---|")
+    for name, rs in results.items():
+        rounds = ", ".join(f"{r['train_s']:.1f}" for r in rs)
+        print(f"| {name} | {rounds} | {med[name]:.2f} | "
+              f"{statistics.median(r['compile_s'] for r in rs):.2f} | {statistics.mean(r['return'] for r in rs):.1f} |")
+    pairs = statistics.median(p["train_s"] / f["train_s"] for p, f in zip(results["population"], results["fused --seeds"],
+                                                                          strict=True))
+    print(f"population / fused: {med['population'] / med['fused --seeds']:.3f} (median of per-round ratios {pairs:.3f}); "
           f"speedup over sequential solo runs: {med['sequential solo'] / med['population']:.2f}x")
 
 

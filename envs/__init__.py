@@ -2,7 +2,7 @@
 
 from jaxrl_frag.envs.core import Box, Discrete, Env, Space, TimeStep, Wrapper
 from jaxrl_frag.envs.gymnax_env import GymnaxEnv
-from jaxrl_frag.envs.registry import available, make
+from jaxrl_frag.envs.registry import available, make, register
 from jaxrl_frag.envs.wrappers import (
     EpisodeStatistics,
     NormalizeObservation,
@@ -13,5 +13,5 @@ from jaxrl_frag.envs.wrappers import (
 
 __all__ = [
     "Box", "Discrete", "Env", "EpisodeStatistics", "GymnaxEnv", "NormalizeObservation",
-    "RunningMoments", "ScaleReward", "Space", "TimeStep", "VecEnv", "Wrapper", "available", "make",
+    "RunningMoments", "ScaleReward", "Space", "TimeStep", "VecEnv", "Wrapper", "available", "make", "register",
 ]

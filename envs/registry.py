@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from typing import Any
 
 import gymnax
@@ -12,10 +13,19 @@ from jaxrl_frag.envs.gymnax_env import GymnaxEnv
 from jaxrl_frag.envs.wrappers import EpisodeStatistics, NormalizeObservation, ScaleReward, VecEnv
 from jaxrl_frag.errors import ConfigError, check
 
+_REGISTERED: dict[str, Callable[..., Env]] = {}
+
+
+def register(name: str, factory: Callable[..., Env]) -> None:
+    """Make ``factory(**kwargs)`` (one unbatched JAX environment) available to ``make``
+    and to ``--env`` as ``name``."""
+    check(name not in gymnax.registered_envs, "name", name, "is a gymnax environment id already; choose another")
+    _REGISTERED[name] = factory
+
 
 def available() -> list[str]:
     """Every environment id that ``make`` accepts."""
-    return sorted(gymnax.registered_envs)
+    return sorted([*gymnax.registered_envs, *_REGISTERED])
 
 
 def make(
@@ -32,11 +42,11 @@ def make(
 
     ``kwargs`` go to the environment's constructor.
     """
-    if name not in gymnax.registered_envs:
+    if name not in gymnax.registered_envs and name not in _REGISTERED:
         close = difflib.get_close_matches(name, available(), n=3)
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise ConfigError("env", name, f"unknown environment; {hint}available: {', '.join(available())}")
-    env: Env = GymnaxEnv.make(name, **kwargs)
+    env: Env = _REGISTERED[name](**kwargs) if name in _REGISTERED else GymnaxEnv.make(name, **kwargs)
     if num_envs is None:
         return env
     check(num_envs > 0, "num_envs", num_envs, "must be a positive number of environments")

@@ -2,12 +2,22 @@
 
 Names load on first use, so that importing the package (the command line does)
 initialises no jax backend: device counts can still be set after it.
+
+Importing it also turns off XLA's multi-threaded Eigen pool on CPU, unless
+``XLA_FLAGS`` already sets ``--xla_cpu_multi_thread_eigen``: that pool can wedge on
+large vmapped programs (a population, many seeds), leaving the run waiting forever,
+and single-threaded Eigen costs nothing measurable at RL network sizes
+(benchmarks/RESULTS.md). It takes effect if no jax backend is running yet.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
+
+if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
 
 _EXPORTS = {
     "Algorithm": "jaxrl_frag.algorithms",

@@ -136,5 +136,8 @@ def algorithm(
 
 
 def _plain(value: Any) -> Any:
-    """A JSON-ready copy: arrays (a population's stacked hyperparameters too) become lists or numbers."""
+    """A JSON-ready copy: arrays (a population's stacked hyperparameters too) and tuples
+    become lists or numbers."""
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
     return np.asarray(value).tolist() if hasattr(value, "shape") else value

@@ -1,11 +1,13 @@
 """The ``jaxrl-frag`` command line.
 
     jaxrl-frag train ppo --env CartPole-v1 [--total-steps N] [--num-envs N] [--seed S] [--run-dir DIR]
+    jaxrl-frag resume RUN_DIR [--override total_steps=N]
     jaxrl-frag explain ppo --env CartPole-v1
     jaxrl-frag envs
 
 Every recipe setting is a flag, generated from the recipe's dataclass. A wrong
-setting prints one paragraph on stderr and exits with status 2.
+setting prints one paragraph on stderr and exits with status 2; a run that goes
+non-finite stops with status 3; SIGINT or SIGTERM saves a checkpoint and exits 0.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import json
 import os
+import signal
 import sys
-import time
+import threading
 import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,8 +29,13 @@ import numpy as np
 
 from jaxrl_frag.errors import ConfigError, check
 
-USAGE_ERROR = 2
+USAGE_ERROR, NON_FINITE = 2, 3
 POLICIES = ("single", "data-parallel", "population")
+# settings a resumed run may change: they decide how long it runs, where and how it
+# reports, not what it computes per iteration
+RESUMABLE_CHANGES = ("total_steps", "checkpoint_every", "keep_checkpoints", "chunk_iterations", "devices")
+# what config.json records beyond the settings, and is free to differ on resume
+_RUNTIME_KEYS = ("jax", "backend", "processes", "device_count", "settings")
 
 
 def _int(text: str) -> int:
@@ -80,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     train = commands.add_parser("train", help="train a recipe and write a run directory")
+    resume = commands.add_parser("resume", help="continue an interrupted run from its newest checkpoint")
+    resume.add_argument("run_dir", type=Path, help="the run directory (holds config.json and checkpoints/)")
+    resume.add_argument("--override", action="append", default=[], metavar="NAME=VALUE",
+                        help=f"change a setting that a resumed run may change ({', '.join(RESUMABLE_CHANGES)}); repeatable")
+    _add_runtime_flags(resume, with_devices=False)
+    resume.set_defaults(handler=_resume)
     explain = commands.add_parser("explain", help="print the fragment graph and XLA's cost figures, without training")
     commands.add_parser("envs", help="list the environment ids").set_defaults(handler=_envs)
     for command, handler in ((train, _train), (explain, _explain)):
@@ -108,14 +123,22 @@ def build_parser() -> argparse.ArgumentParser:
                                  help="where config.json, metrics.csv and learning_curve.png go "
                                       "(default runs/RECIPE-ENV-TIME)")
                 sub.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+                sub.add_argument("--resume", action="store_true",
+                                 help="continue the run in --run-dir from its newest checkpoint (same settings)")
+                sub.add_argument("--checkpoint-every", type=_int, default=None, metavar="ITERATIONS",
+                                 help="save the whole training state every this many iterations, a multiple of "
+                                      "--chunk-iterations (default: every 10 rows of metrics); also saved at the end")
+                sub.add_argument("--keep-checkpoints", type=_int, default=3, help="checkpoints kept (default 3)")
             _add_recipe_flags(sub, recipe)
             sub.set_defaults(handler=handler, recipe_cls=recipe)
     return parser
 
 
-def _add_runtime_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--devices", type=_int, default=None,
-                        help="devices per process for data-parallel (default all); on CPU, forces that many host devices")
+def _add_runtime_flags(parser: argparse.ArgumentParser, with_devices: bool = True) -> None:
+    if with_devices:
+        parser.add_argument("--devices", type=_int, default=None,
+                            help="devices per process for data-parallel (default all); on CPU, forces that many "
+                                 "host devices")
     parser.add_argument("--coordinator", default=None, metavar="HOST:PORT",
                         help="multi-process run: address of process 0's coordinator (or $JAXRL_FRAG_COORDINATOR)")
     parser.add_argument("--num-processes", type=_int, default=None, help="multi-process run: number of processes")
@@ -131,6 +154,9 @@ def _configure_runtime(argv: Sequence[str] | None) -> None:
     early = argparse.ArgumentParser(add_help=False)
     _add_runtime_flags(early)
     args = early.parse_known_args(argv)[0]
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["resume"] and len(argv) > 1:  # the saved device count, unless overridden
+        args.devices = _resume_settings(Path(argv[1]), _early_overrides(argv)).get("devices")
     if args.devices is not None:
         check(args.devices > 0, "devices", args.devices, "must be a positive device count")
         import jax
@@ -184,55 +210,168 @@ def _enable_compilation_cache() -> None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What ``train`` was given, by name: enough to build the same run again."""
+    keys = ("recipe", "env", "seed", "seeds", "sweep", "samples", "policy", "devices", "shuffle",
+            "chunk_iterations", "checkpoint_every", "keep_checkpoints")
+    return {k: getattr(args, k) for k in keys} | _recipe_overrides(args, args.recipe_cls)
+
+
+def _resolved_config(args: argparse.Namespace, algo: Any) -> dict[str, Any]:
+    """The run's full configuration, every default filled in; validates the checkpoint
+    interval (before anything is traced)."""
+    from jaxrl_frag.program import default_chunk_iterations
+
+    chunk = args.chunk_iterations or default_chunk_iterations(algo)
+    every = args.checkpoint_every or 10 * chunk
+    check(every % chunk == 0, "checkpoint_every", every,
+          f"must be a multiple of chunk_iterations ({chunk}), e.g. {max(1, every // chunk) * chunk}")
+    check(args.keep_checkpoints > 0, "keep_checkpoints", args.keep_checkpoints, "must keep at least one checkpoint")
+    return {"recipe": args.recipe, "seed": args.seed, "seeds": args.seeds, "sweep": args.sweep, "samples": args.samples,
+            "policy": args.policy, "devices": args.devices, "shuffle": args.shuffle, "chunk_iterations": chunk,
+            "checkpoint_every": every, "keep_checkpoints": args.keep_checkpoints, **algo.config()}
+
+
+def _changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The settings that differ between a saved config and ``now`` (compared as JSON)."""
+    now = json.loads(json.dumps(now, default=str))
+    return sorted(k for k in (saved.keys() | now.keys()) - set(_RUNTIME_KEYS) if saved.get(k) != now.get(k))
+
+
 def _train(args: argparse.Namespace) -> int:
+    from jaxrl_frag.distributed import is_main_process
+    from jaxrl_frag.rundir import RunDir
+
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = RunDir(args.run_dir or Path("runs") / f"{args.recipe}-{args.env}-{stamp}")
+    check(not (args.resume and args.overwrite), "resume", True, "--resume and --overwrite exclude each other; give one")
+    check(not args.resume or args.run_dir is not None, "resume", True, "give the --run-dir of the run to continue")
+    if is_main_process():
+        run_dir.check_free(args.overwrite, args.resume)
+    algo, members = _make_algorithm(args)
+    config = _resolved_config(args, algo)
+    if args.resume:
+        saved = run_dir.read_config()
+        changed = _changes(saved, config)
+        safe = [k for k in changed if k in RESUMABLE_CHANGES]
+        check(not changed, "resume", ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in changed),
+              f"these settings differ from the run in {run_dir.path}; resume it unchanged with "
+              f"`jaxrl-frag resume {run_dir.path}`"
+              + (f", changing only what may change with --override ({', '.join(f'{k}=...' for k in safe)})" if safe else "")
+              + "; other changes need a new run")
+    return _run(args, run_dir, algo, members, config)
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from jaxrl_frag.rundir import RunDir
+
+    run_dir = RunDir(args.run_dir)
+    overrides = _parse_overrides(args.override)
+    saved = run_dir.read_config()
+    settings = _resume_settings(run_dir.path, overrides)
+    train_args = build_parser().parse_args(["train", settings["recipe"], "--env", settings["env"]])
+    vars(train_args).update(settings, resume=True, run_dir=run_dir.path, overwrite=False,
+                            coordinator=args.coordinator, num_processes=args.num_processes, process_id=args.process_id)
+    algo, members = _make_algorithm(train_args)
+    config = _resolved_config(train_args, algo)
+    changed = [k for k in _changes(saved, config) if k not in overrides]
+    check(not changed, "config", ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in changed),
+          "the saved settings no longer build the same run (was the recipe's code changed?); start a new run")
+    return _run(train_args, run_dir, algo, members, config)
+
+
+def _parse_overrides(specs: Sequence[str]) -> dict[str, Any]:
+    """``["total_steps=1e6"]`` -> ``{"total_steps": 1000000}``; only ``RESUMABLE_CHANGES``."""
+    out: dict[str, Any] = {}
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        check(bool(sep and name and value), "override", spec, "write NAME=VALUE, e.g. total_steps=1e6")
+        check(name in RESUMABLE_CHANGES, "override", spec,
+              f"{name} cannot change in a resumed run (it would no longer be the same run); the settings that can: "
+              f"{', '.join(RESUMABLE_CHANGES)}; start a new run to change {name}")
+        try:
+            out[name] = _int(value)
+        except (ValueError, argparse.ArgumentTypeError):
+            raise ConfigError("override", spec, f"{name} must be a whole number") from None
+    return out
+
+
+def _early_overrides(argv: Sequence[str]) -> dict[str, Any]:
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--override", action="append", default=[])
+    return _parse_overrides(early.parse_known_args(argv)[0].override)
+
+
+def _resume_settings(path: Path, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The settings ``train`` was given for the run in ``path``, with ``overrides``."""
+    from jaxrl_frag.rundir import RunDir
+
+    return {**RunDir(path).read_config()["settings"], **overrides}
+
+
+def _run(args: argparse.Namespace, run_dir: Any, algo: Any, members: list[tuple[dict[str, float], int]] | None,
+         config: dict[str, Any]) -> int:
+    """Compile, then train (from the newest checkpoint when resuming), writing the run directory."""
     import jax
 
     import jaxrl_frag as jf
+    from jaxrl_frag.checkpoints import Checkpoints
     from jaxrl_frag.distributed import is_main_process
-    from jaxrl_frag.progress import Progress
-    from jaxrl_frag.rundir import RunDir
+    from jaxrl_frag.errors import NonFiniteError
 
     main_process = is_main_process()  # only process 0 prints and writes
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = RunDir(args.run_dir or Path("runs") / f"{args.recipe}-{args.env}-{stamp}")
-    if main_process:
-        run_dir.check_free(args.overwrite)
-    algo, members = _make_algorithm(args)
+    say = print if main_process else _quiet
     policy = _make_policy(args)
     _enable_compilation_cache()
-    say = print if main_process else _quiet
     say(f"{args.recipe} on {args.env}: {algo.num_iterations} iterations of {algo.steps_per_iteration} steps "
         f"-> {run_dir.path}")
-    program = jf.compile(algo, policy, chunk_iterations=args.chunk_iterations)  # validates the placement too
+    program = jf.compile(algo, policy, chunk_iterations=config["chunk_iterations"])  # validates the placement too
     say(f"compiled in {program.compile_seconds:.1f} s; {policy.describe()}")
-    on_chunk = None
-    if main_process:
+    if main_process and not args.resume:
         run_dir.create(args.overwrite)
-        run_dir.write_config({"recipe": args.recipe, "seed": args.seed, "chunk_iterations": program.chunk_iterations,
-                              "policy": args.policy, "devices": policy.device_count, "processes": jax.process_count(),
-                              "shuffle": args.shuffle, "jax": jax.__version__, "backend": jax.default_backend(),
-                              **algo.config()})
-        progress = Progress(algo.num_iterations * algo.steps_per_iteration)
-
-        def on_chunk(row: dict[str, Any]) -> None:
-            if members is None:
-                run_dir.append_metrics(row)
-                progress.update(row)
-                return
-            for i, (setting, seed) in enumerate(members):
-                run_dir.append_metrics({"member": i, "seed": seed, **setting,
-                                        **{k: v[i] if np.ndim(v) else v for k, v in row.items()}})
-            progress.update({k: float(np.nanmean(v)) for k, v in row.items()})
-
-    start = time.perf_counter()
+    config = {**config, "device_count": policy.device_count, "processes": jax.process_count(), "jax": jax.__version__,
+              "backend": jax.default_backend(), "settings": _settings(args)}
+    checkpoints = Checkpoints(run_dir.checkpoints, every=config["checkpoint_every"], keep=config["keep_checkpoints"])
+    start: Any = jax.random.PRNGKey(args.seed)
+    if args.resume:
+        start = _restore(program, checkpoints, start) if checkpoints.steps() else start
+        if not _is_checkpoint(start):
+            say(f"no usable checkpoint in {checkpoints.directory}: starting the run from iteration 0")
+    if main_process:
+        run_dir.write_config(config)
+    done = start.iteration if _is_checkpoint(start) else 0
+    if done >= algo.num_iterations:
+        say(f"the run in {run_dir.path} is complete ({done} iterations); to train on, resume it with "
+            f"--override total_steps=N (N > {done * algo.steps_per_iteration})")
+        checkpoints.close()
+        return 0
+    checkpoints.delete_after(done)  # every process: orbax coordinates the deletion
+    if main_process:
+        run_dir.truncate_metrics(done)
+        run_dir.open_log(purge_step=done * algo.steps_per_iteration + 1)
+    on_chunk = _Reporter(run_dir, members, algo, done) if main_process else None
+    stop = _StopOnSignal()
     try:
-        history = program.run(jax.random.PRNGKey(args.seed), on_chunk=on_chunk)
+        with stop:
+            history = program.run(start, on_chunk=on_chunk, checkpoints=checkpoints, stop=stop,
+                                  meta={"run_config": config})
+    except NonFiniteError as error:
+        last = checkpoints.steps()
+        kept = f"the last good checkpoint is iteration {last[-1]} in {checkpoints.directory}" if last else "no checkpoint"
+        print(f"jaxrl-frag: error: {error}; stopped, {kept}. Lower the learning rate or check the environment, "
+              "and start a new run", file=sys.stderr)
+        return NON_FINITE
     finally:
-        if main_process:
-            progress.close()
-    seconds = time.perf_counter() - start
+        checkpoints.close()
+        if on_chunk is not None:
+            on_chunk.close()
+            run_dir.close()
+    if history.stopped:
+        say(f"stopped at iteration {history.iteration} of {algo.num_iterations}; checkpoint saved in "
+            f"{checkpoints.directory}. Resume with: jaxrl-frag resume {run_dir.path}")
+        return 0
     final = history.final
-    say(f"trained {int(final['env_steps']):,} steps in {seconds:.1f} s; "
+    say(f"trained to {int(history.iteration * algo.steps_per_iteration):,} steps; "
         f"final mean episode return {float(np.nanmean(final.get('episode_return', np.nan))):.2f}")
     if main_process:
         title = f"{args.recipe} on {args.env}"
@@ -240,8 +379,79 @@ def _train(args: argparse.Namespace) -> int:
             curve = run_dir.plot(title)
         else:
             curve = _write_population_report(run_dir, history, members, title)
-        print(f"wrote {run_dir.path / 'config.json'}, {run_dir.path / 'metrics.csv'}, {curve}")
+        print(f"wrote {run_dir.path / 'config.json'}, {run_dir.path / 'metrics.csv'}, {curve}, "
+              f"{run_dir.path / 'tensorboard'}, {checkpoints.directory}")
     return 0
+
+
+def _restore(program: Any, checkpoints: Any, key: Any) -> Any:
+    """The newest usable checkpoint, or ``key`` (a fresh start) when none is usable."""
+    try:
+        return program.restore(checkpoints, allow_changes=RESUMABLE_CHANGES)
+    except ConfigError as error:
+        if error.field != "checkpoint":
+            raise
+        print(f"jaxrl-frag: warning: {error}", file=sys.stderr)
+        return key
+
+
+def _is_checkpoint(start: Any) -> bool:
+    from jaxrl_frag.checkpoints import Checkpoint
+
+    return isinstance(start, Checkpoint)
+
+
+class _Reporter:
+    """Writes each row of metrics (one per member in a population) and shows progress."""
+
+    def __init__(self, run_dir: Any, members: list[tuple[dict[str, float], int]] | None, algo: Any, done: int):
+        from jaxrl_frag.progress import Progress
+
+        self.run_dir, self.members = run_dir, members
+        steps = algo.steps_per_iteration
+        self.progress = Progress(algo.num_iterations * steps, initial=done * steps)
+
+    def __call__(self, row: dict[str, Any]) -> None:
+        if self.members is None:
+            self.run_dir.append_metrics(row)
+            self.progress.update(row)
+            return
+        for i, (setting, seed) in enumerate(self.members):
+            self.run_dir.append_metrics({"member": i, "seed": seed, **setting,
+                                         **{k: v[i] if np.ndim(v) else v for k, v in row.items()}})
+        self.progress.update({k: float(np.nanmean(v)) for k, v in row.items()})
+
+    def close(self) -> None:
+        self.progress.close()
+
+
+class _StopOnSignal:
+    """While active, SIGINT and SIGTERM (a preemption notice) ask the run to stop after
+    its current call; a second SIGINT interrupts at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+
+    def __call__(self) -> bool:
+        return self.requested
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = True
+        print(f"jaxrl-frag: {signal.Signals(signum).name} received: stopping after the current chunk "
+              "and saving a checkpoint", file=sys.stderr)
+
+    def __enter__(self) -> _StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
 
 
 def _write_population_report(run_dir: Any, history: Any, members: list[tuple[dict[str, float], int]],

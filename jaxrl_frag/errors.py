@@ -20,3 +20,17 @@ def check(condition: bool, field: str, value: Any, fix: str) -> None:
     """Raise ``ConfigError(field, value, fix)`` unless ``condition`` holds."""
     if not condition:
         raise ConfigError(field, value, fix)
+
+
+class NonFiniteError(FloatingPointError):
+    """A run's state or metrics held a NaN or an infinity after ``iteration``.
+
+    ``outputs`` are the state fields and metrics affected (``"state.params"``,
+    ``"metrics.loss"``); ``fragment`` is the first fragment, in execution order, that
+    produces one of them (``None`` when none does).
+    """
+
+    def __init__(self, iteration: int, outputs: list[str], fragment: str | None):
+        self.iteration, self.outputs, self.fragment = iteration, outputs, fragment
+        where = f"produced by fragment {fragment}" if fragment else "outside any fragment"
+        super().__init__(f"non-finite values at iteration {iteration} in {', '.join(outputs)}, first {where}")

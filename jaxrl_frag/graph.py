@@ -83,10 +83,13 @@ class Edge:
 
 @dataclasses.dataclass
 class FragmentGraph:
-    """Fragments (nodes) and the values that flow between them (edges)."""
+    """Fragments (nodes, in execution order) and the values that flow between them
+    (edges); ``producers`` maps each output of the step (``"state.params"``,
+    ``"metrics.loss"``) to the fragments its value comes from."""
 
     nodes: list[Node]
     edges: list[Edge]
+    producers: dict[str, set[str]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_jaxpr(cls, closed: Any) -> FragmentGraph:
@@ -138,15 +141,26 @@ class FragmentGraph:
             )
 
         result_paths = jaxpr.debug_info.safe_result_paths(len(jaxpr.outvars))
+        fragment_names = {n.name for n in nodes}
+        producers: dict[str, set[str]] = {}
         for v, path in zip(jaxpr.outvars, result_paths, strict=True):
+            fields = [p for p in re.split(r"[.\[\]']+", path or "") if p]
             if _result_index(path) == 1:
                 connect(v, METRICS, "", None)
+                output = f"{METRICS}.{fields[2]}" if len(fields) > 2 else METRICS
             else:
-                fields = [p for p in re.split(r"[.\[\]']+", path or "") if p]
                 connect(v, STATE, fields[2] if len(fields) > 2 else "", None)
-        fragment_names = {n.name for n in nodes}
+                output = f"{STATE}.{fields[2]}" if len(fields) > 2 else STATE
+            origin = {src for src, _ in sources.get(v, ()) if src in fragment_names}
+            producers.setdefault(output, set()).update(origin)
         kept = [e for e in edges.values() if e.src in fragment_names or e.dst in fragment_names]
-        return cls(nodes, _merge_inputs(kept))
+        return cls(nodes, _merge_inputs(kept), producers)
+
+    def first_producer(self, outputs: list[str]) -> str | None:
+        """The first fragment, in execution order, that produces one of the step's
+        ``outputs`` (``"state.params"``, ``"metrics.loss"``), if any does."""
+        makers = set().union(*(self.producers.get(o, set()) for o in outputs))
+        return next((n.name for n in self.nodes if n.name in makers), None)
 
     def edges_between(self, src_role: str, dst_role: str) -> list[Edge]:
         roles = {n.name: n.role for n in self.nodes}

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -16,8 +17,9 @@ from jax.experimental import multihost_utils
 from jaxrl_frag import costs, primitives
 from jaxrl_frag import metrics as metrics_lib
 from jaxrl_frag.algorithms import Algorithm
+from jaxrl_frag.checkpoints import Checkpoint, Checkpoints
 from jaxrl_frag.collectives import Collective, audit, totals
-from jaxrl_frag.errors import check
+from jaxrl_frag.errors import NonFiniteError, check
 from jaxrl_frag.graph import FragmentGraph, format_bytes
 from jaxrl_frag.sharding import Policy, SingleDevice
 from jaxrl_frag.transforms import run_chunks
@@ -28,10 +30,13 @@ Row = dict[str, float]
 
 @dataclasses.dataclass
 class History:
-    """What a run produced: one row of metrics per chunk, and the final state."""
+    """What a run produced: one row of metrics per chunk, the final state, the iteration
+    it reached, and whether a ``stop`` request ended it early."""
 
     rows: list[Row]
     state: PyTree
+    iteration: int = 0
+    stopped: bool = False
 
     def __getitem__(self, name: str) -> np.ndarray:
         """One metric over the run, as an array (NaN where a chunk lacks it)."""
@@ -78,13 +83,15 @@ class Program:
 
     max_chunks_per_call = 64
 
-    def __init__(self, algorithm: Algorithm, policy: Policy, chunk_iterations: int, seconds_per_call: float):
+    def __init__(self, algorithm: Algorithm, policy: Policy, chunk_iterations: int, seconds_per_call: float,
+                 check_finite: bool = True):
         check(chunk_iterations > 0, "chunk_iterations", chunk_iterations, "must be a positive iteration count")
         check(seconds_per_call > 0, "seconds_per_call", seconds_per_call, "must be a positive number of seconds")
         self.algorithm = algorithm
         self.policy = policy
         self.chunk_iterations = chunk_iterations
         self.seconds_per_call = seconds_per_call
+        self.check_finite = check_finite
         key = jax.ShapeDtypeStruct((2,), jnp.uint32)
         count = jax.ShapeDtypeStruct((), jnp.int32)
         t0 = time.perf_counter()
@@ -94,9 +101,10 @@ class Program:
         self._replicated, self._state_sharding = policy.shardings(self._state_shape, self._batch_axes)
         rep, state = self._replicated, self._state_sharding
         init = _traced_under(rule, _init)
-        call = _traced_under(rule, functools.partial(run_chunks, max_chunks=self.max_chunks_per_call))
+        call = _traced_under(rule, functools.partial(run_chunks, max_chunks=self.max_chunks_per_call,
+                                                     check_finite=check_finite))
         self._init = jax.jit(init, in_shardings=(rep, rep), out_shardings=state).lower(algorithm, key).compile()
-        self._call = jax.jit(call, in_shardings=(rep, state, rep, rep), out_shardings=(state, rep),
+        self._call = jax.jit(call, in_shardings=(rep, state, rep, rep), out_shardings=(state, rep, rep, rep),
                              donate_argnums=(1,)).lower(algorithm, self._state_shape, count, count).compile()
         self.compile_seconds = time.perf_counter() - t0
 
@@ -116,32 +124,60 @@ class Program:
 
     def run(
         self,
-        start: jax.Array | PyTree,
+        start: jax.Array | Checkpoint | PyTree,
         iterations: int | None = None,
         *,
         on_chunk: Callable[[Row], None] | None = None,
+        checkpoints: Checkpoints | None = None,
+        stop: Callable[[], bool] | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> History:
-        """Train from a key (a fresh state) or a state; returns the ``History``.
+        """Train from a key (a fresh state), a ``Checkpoint`` (continuing from its
+        iteration) or a state, up to iteration ``iterations`` (default: the algorithm's
+        ``num_iterations``); returns the ``History``.
 
-        ``iterations`` defaults to the algorithm's ``num_iterations``. Each row
-        holds ``iteration``, ``env_steps``, ``sps`` and the chunk's metrics, and
-        is passed to ``on_chunk`` as soon as its call returns.
+        Each row holds ``iteration``, ``env_steps``, ``sps`` and the chunk's metrics, and
+        is passed to ``on_chunk`` as soon as its call returns. With ``checkpoints`` the
+        state is saved every ``checkpoints.every`` iterations, at the end and when
+        ``stop()`` (asked after every call) returns true; ``meta`` is saved with it.
+        Raises ``NonFiniteError`` at the first iteration whose state or metrics hold a
+        NaN or an infinity (with ``check_finite``), after the rows and checkpoints
+        before it.
         """
         iterations = self.algorithm.num_iterations if iterations is None else iterations
         check(iterations is not None and iterations > 0, "iterations", iterations,
               "give a positive number of iterations (this algorithm sets none by default)")
-        state = self.init(start) if _is_key(start) else start
+        every = None if checkpoints is None else checkpoints.every
+        if every is not None:
+            check(every % self.chunk_iterations == 0, "checkpoint_every", every,
+                  f"must be a multiple of chunk_iterations ({self.chunk_iterations}), e.g. "
+                  f"{max(1, every // self.chunk_iterations) * self.chunk_iterations}")
+        done = start.iteration if isinstance(start, Checkpoint) else 0
+        state = start.state if isinstance(start, Checkpoint) else self.init(start) if _is_key(start) else start
+        check(done <= iterations, "iterations", iterations,
+              f"the run is already at iteration {done}; give a larger total to continue it")
         per_step = self.algorithm.steps_per_iteration
         rows: list[Row] = []
-        done, chunks_per_call = 0, 1
-        while done < iterations:
-            k = min(self.chunk_iterations, iterations - done)
-            chunks = min(chunks_per_call, (iterations - done) // k, self.max_chunks_per_call)
+        chunks_per_call, stopped = 1, False
+
+        def save() -> None:
+            if checkpoints is not None and done not in checkpoints.steps():
+                checkpoints.save(done, state, {**(meta or {}), "config": self.algorithm.config(),
+                                               "env_steps": done * per_step})
+
+        while done < iterations and not stopped:
+            # rows fall on multiples of chunk_iterations; a run resumed off that grid
+            # (after a final partial chunk) first steps back onto it
+            k = min(self.chunk_iterations - done % self.chunk_iterations, iterations - done)
+            until = iterations if every is None else min(iterations, (done // every + 1) * every)
+            full = k == self.chunk_iterations
+            chunks = max(1, min(chunks_per_call, (until - done) // k, self.max_chunks_per_call)) if full else 1
             start_time = time.perf_counter()
-            state, call_rows = self._call(self.algorithm, state, np.int32(chunks), np.int32(k))
-            call_rows = jax.device_get(call_rows)
+            state, call_rows, ran, flags = self._call(self.algorithm, state, np.int32(chunks), np.int32(k))
+            call_rows, ran, flags = jax.device_get((call_rows, ran, flags))
             seconds = time.perf_counter() - start_time
-            for c in range(chunks):
+            bad = sorted(name for name, ok in flags.items() if not ok)
+            for c in range((int(ran) - 1) // k if bad else chunks):
                 done += k
                 row = {"iteration": float(done), "env_steps": float(done * per_step),
                        "sps": chunks * k * per_step / seconds,
@@ -149,8 +185,38 @@ class Program:
                 rows.append(row)
                 if on_chunk is not None:
                     on_chunk(row)
-            chunks_per_call = _same_on_all_processes(max(1, round(chunks * self.seconds_per_call / max(seconds, 1e-6))))
-        return History(rows, state)
+            if bad:
+                if checkpoints is not None:
+                    checkpoints.wait()
+                graph = FragmentGraph.from_jaxpr(self._trace_step())
+                raise NonFiniteError(done + 1 + (int(ran) - 1) % k, bad, graph.first_producer(bad))
+            chunks_per_call = max(1, round(chunks * self.seconds_per_call / max(seconds, 1e-6)))
+            stopped = stop is not None and stop()
+            chunks_per_call, stopped = _same_on_all_processes(chunks_per_call, int(stopped))
+            if (every is not None and done % every == 0) or done == iterations or stopped:
+                save()
+        if checkpoints is not None:
+            checkpoints.wait()
+        return History(rows, state, done, bool(stopped))
+
+    def restore(self, path: str | Path | Checkpoints, allow_changes: Sequence[str] = ()) -> Checkpoint:
+        """The newest usable checkpoint in ``path``, placed as this program's state is
+        (any mesh: arrays saved sharded over 4 devices restore onto 2). Raises
+        ``ConfigError`` if the saved configuration differs from this algorithm's in a
+        field not named in ``allow_changes``, or if there is no usable checkpoint."""
+        if not isinstance(path, Checkpoints):
+            check(Path(path).is_dir(), "checkpoint", str(path), "is not a directory of checkpoints")
+        manager = path if isinstance(path, Checkpoints) else Checkpoints(path)
+        like = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                            self._state_shape, self._state_sharding)
+        checkpoint = manager.restore(like)
+        check(checkpoint is not None, "checkpoint", str(manager.directory),
+              "holds no usable checkpoint; start the run afresh")
+        saved, now = checkpoint.meta.get("config", {}), self.algorithm.config()
+        changed = sorted(k for k in saved.keys() | now.keys() if saved.get(k) != now.get(k) and k not in allow_changes)
+        check(not changed, "config", ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed),
+              "differs from the checkpoint's; resume with the saved settings or start a new run")
+        return checkpoint
 
     def explain(self) -> Explanation:
         """The fragment graph with bytes per iteration, and XLA's FLOPs, bytes accessed
@@ -183,16 +249,24 @@ def compile(  # noqa: A001
     *,
     chunk_iterations: int | None = None,
     seconds_per_call: float = 2.0,
+    check_finite: bool = True,
 ) -> Program:
     """Compile ``algorithm`` under ``policy`` (default ``SingleDevice()``) ahead of time.
 
     ``chunk_iterations`` (iterations per row of metrics) defaults to a 50th of the
-    algorithm's ``num_iterations``, or 10 when it sets none.
+    algorithm's ``num_iterations``, or 10 when it sets none. ``check_finite`` stops a
+    run at its first non-finite state or metric (see ``Program.run``).
     """
     if chunk_iterations is None:
-        total = algorithm.num_iterations
-        chunk_iterations = max(1, total // 50) if total else 10
-    return Program(algorithm, policy or SingleDevice(), chunk_iterations, seconds_per_call)
+        chunk_iterations = default_chunk_iterations(algorithm)
+    return Program(algorithm, policy or SingleDevice(), chunk_iterations, seconds_per_call, check_finite)
+
+
+def default_chunk_iterations(algorithm: Algorithm) -> int:
+    """Iterations per row of metrics by default: 50 rows per run, or 10 iterations a row
+    for an algorithm that sets no run length."""
+    total = algorithm.num_iterations
+    return max(1, total // 50) if total else 10
 
 
 def _init(algorithm: Algorithm, key: jax.Array) -> PyTree:
@@ -216,12 +290,12 @@ def _traced_under(rule: primitives.Lowering, fn: Callable[..., Any]) -> Callable
     return traced
 
 
-def _same_on_all_processes(value: int) -> int:
-    """Process 0's ``value`` everywhere: every process must make the same calls, or the
+def _same_on_all_processes(*values: int) -> tuple[int, ...]:
+    """Process 0's ``values`` everywhere: every process must make the same calls, or the
     collectives inside them would wait for each other forever."""
     if jax.process_count() == 1:
-        return value
-    return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+        return values
+    return tuple(int(v) for v in multihost_utils.broadcast_one_to_all(np.array(values, np.int32)))
 
 
 def _is_key(x: Any) -> bool:

@@ -25,15 +25,15 @@ class Progress:
     ``every_seconds`` and at the end.
     """
 
-    def __init__(self, total_steps: int, stream: TextIO | None = None, every_seconds: float = 5.0):
+    def __init__(self, total_steps: int, stream: TextIO | None = None, every_seconds: float = 5.0, initial: int = 0):
         self.total = total_steps
         self.stream = stream or sys.stdout
         self.every = every_seconds
         self.start = self.last_print = time.perf_counter()
         self.recent_return = float("nan")
         tty = self.stream.isatty()
-        self.bar = tqdm(total=total_steps, unit="step", unit_scale=True, dynamic_ncols=True) if tty else None
-        self.steps = 0
+        self.bar = tqdm(total=total_steps, initial=initial, unit="step", unit_scale=True, dynamic_ncols=True) if tty else None
+        self.steps = self.first = initial
 
     def update(self, row: dict[str, float]) -> None:
         ret = row.get("episode_return", float("nan"))
@@ -47,7 +47,7 @@ class Progress:
         now = time.perf_counter()
         if self.bar is None and (now - self.last_print >= self.every or steps >= self.total):
             elapsed = now - self.start
-            eta = (self.total - steps) * elapsed / steps if steps else float("inf")
+            eta = (self.total - steps) * elapsed / (steps - self.first) if steps > self.first else float("inf")
             print(
                 f"[{100 * steps / self.total:5.1f}%] {steps:>12,} steps  {row['sps']:>10,.0f} steps/s  "
                 f"return {self.recent_return:8.2f}  elapsed {_eta(elapsed)}  eta {_eta(eta)}",

@@ -26,17 +26,22 @@ def parse_spec(spec: str) -> tuple[str, list[float] | tuple[str, float, float]]:
     ``("lr", ("loguniform", 1e-5, 1e-2))``."""
     name, sep, values = spec.partition("=")
     check(bool(sep and name and values), "sweep", spec, "write NAME=V1,V2,... or NAME=loguniform:LOW:HIGH")
+    if ":" not in values:
+        return name, [_number(spec, v) for v in values.split(",")]
+    dist, _, bounds = values.partition(":")
+    check(dist in DISTRIBUTIONS, "sweep", spec, f"the distribution must be one of {', '.join(DISTRIBUTIONS)}")
+    parts = bounds.split(":")
+    check(len(parts) == 2, "sweep", spec, "write NAME=DIST:LOW:HIGH, e.g. lr=loguniform:1e-5:1e-2")
+    low, high = (_number(spec, v) for v in parts)
+    check(low < high and (dist == "uniform" or low > 0), "sweep", spec, "give LOW < HIGH (both positive for loguniform)")
+    return name, (dist, low, high)
+
+
+def _number(spec: str, text: str) -> float:
     try:
-        if ":" in values:
-            dist, low, high = values.split(":")
-            check(dist in DISTRIBUTIONS, "sweep", spec, f"the distribution must be one of {', '.join(DISTRIBUTIONS)}")
-            low_f, high_f = float(low), float(high)
-            check(low_f < high_f and (dist == "uniform" or low_f > 0), "sweep", spec,
-                  "give LOW < HIGH (both positive for loguniform)")
-            return name, (dist, low_f, high_f)
-        return name, [float(v) for v in values.split(",")]
+        return float(text)
     except ValueError:
-        raise ConfigError("sweep", spec, "values must be numbers, e.g. lr=1e-4,3e-4") from None
+        raise ConfigError("sweep", spec, "values must be numbers, e.g. lr=1e-4,3e-4 or lr=loguniform:1e-5:1e-2") from None
 
 
 def settings(specs: Sequence[str], samples: int | None = None, seed: int = 0) -> list[dict[str, float]]:

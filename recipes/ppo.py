@@ -11,6 +11,7 @@ batch-wide operations go through ``jaxrl_frag.primitives``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -117,6 +118,8 @@ class PPO(Algorithm):
               f"choose one of {_divisors(batch, 16)}")
         check(len(s["hidden"]) > 0 and all(w > 0 for w in s["hidden"]), "hidden", s["hidden"],
               "give one or more positive layer widths, e.g. 64,64")
+        for name in ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm"):
+            check(math.isfinite(s[name]), name, s[name], "must be a finite number")
         for name in ("lr", "clip_eps", "max_grad_norm"):
             check(s[name] > 0, name, s[name], "must be positive")
         for name in ("ent_coef", "vf_coef"):
@@ -148,14 +151,16 @@ class PPO(Algorithm):
         action_dim = int(np.prod(space.shape)) if self.continuous else space.n
         return ActorCritic(action_dim, self.hidden, self.continuous)
 
+    def learning_rate(self, update: jax.Array) -> jax.Array:
+        """The learning rate of optimizer update number ``update``: annealed linearly to
+        zero over the run's iterations, or constant."""
+        if not self.anneal_lr:
+            return jnp.asarray(self.lr)
+        return self.lr * (1.0 - (update // (self.num_epochs * self.num_minibatches)) / self.num_iterations)
+
     def optimizer(self) -> optax.GradientTransformation:
-        updates_per_iteration = self.num_epochs * self.num_minibatches
-        if self.anneal_lr:
-            def learning_rate(count: jax.Array) -> jax.Array:
-                return self.lr * (1.0 - (count // updates_per_iteration) / self.num_iterations)
-        else:
-            learning_rate = self.lr
-        return optax.chain(optax.clip_by_global_norm(self.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
+        schedule = self.learning_rate if self.anneal_lr else self.lr
+        return optax.chain(optax.clip_by_global_norm(self.max_grad_norm), optax.adam(schedule, eps=1e-5))
 
     # -- the algorithm -------------------------------------------------------------
 
@@ -215,8 +220,9 @@ class PPO(Algorithm):
         def epoch(carry: tuple[PyTree, PyTree], key: jax.Array) -> tuple[Any, Metrics]:
             return jax.lax.scan(update, carry, primitives.minibatches(key, batch, self.num_minibatches))
 
+        (_, updates_done), *_ = optax.tree_utils.tree_get_all_with_path(opt_state, "count")
         (params, opt_state), metrics = jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, self.num_epochs))
-        return params, opt_state, jax.tree.map(jnp.mean, metrics)
+        return params, opt_state, {**jax.tree.map(jnp.mean, metrics), "learning_rate": self.learning_rate(updates_done)}
 
     def loss(self, params: PyTree, obs: jax.Array, action: jax.Array, old_log_prob: jax.Array,
              old_value: jax.Array, advantage: jax.Array, target: jax.Array) -> tuple[jax.Array, Metrics]:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from jaxrl_frag.cli import main
@@ -37,6 +38,20 @@ def test_train_writes_config_metrics_and_curve(tmp_path: Path, capsys: pytest.Ca
     assert (run_dir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "steps/s" in out and "final mean episode return" in out
 
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"episode_return", "episode_length", "loss", "value_loss", "entropy", "sps", "learning_rate"} <= tags
+    for tag in ("episode_return", "learning_rate"):
+        logged = events.Scalars(tag)
+        column = [float(r[tag]) for r in rows if r[tag] != "nan"]
+        assert [e.step for e in logged] == [int(float(r["env_steps"])) for r in rows if r[tag] != "nan"]
+        np.testing.assert_allclose([e.value for e in logged], column, rtol=1e-6)
+    lr = [e.value for e in events.Scalars("learning_rate")]
+    assert lr[0] == pytest.approx(3e-4, rel=0.1) and lr[-1] < lr[0] / 5  # annealed towards zero
+
 
 def test_explain_data_parallel_shows_placement_and_collectives(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run_cli(capsys, "explain", "ppo", "--env", "CartPole-v1", "--policy", "data-parallel",
@@ -52,43 +67,6 @@ def test_explain_shows_fragments_bytes_and_flops(capsys: pytest.CaptureFixture[s
     assert "actor.rollout" in out and "learner.learn" in out
     assert "actor.rollout.traj -> learner.learn.traj" in out and "19.0 KiB" in out
     assert "flops" in out
-
-
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["train", "a3c", "--env", "CartPole-v1"], ["invalid choice: 'a3c'", "ppo"]),
-        (["train", "ppo", "--env", "CartPol-v1"], ["env='CartPol-v1'", "unknown environment", "CartPole-v1"]),
-        (["train", "ppo", "--env", "CartPole-v1", "--num-envs", "0"], ["num_envs=0", "positive"]),
-        (["train", "ppo", "--env", "CartPole-v1", "--num-steps", "-5"], ["num_steps=-5", "positive"]),
-        (["train", "ppo", "--env", "CartPole-v1", "--num-minibatches", "3"],
-         ["num_minibatches=3", "must divide", "4 * 128 = 512", "choose one of"]),
-        (["train", "ppo", "--env", "CartPole-v1", "--total-steps", "100"], ["total_steps=100", "at least one iteration"]),
-        (["train", "ppo", "--env", "CartPole-v1", "--gamma", "1.5"], ["gamma=1.5", "(0, 1]"]),
-        (["train", "ppo", "--env", "CartPole-v1", "--learning-rate", "1e-3"], ["unrecognized arguments: --learning-rate"]),
-        (["train", "ppo", "--env", "CartPole-v1", "--num-envs", "four"], ["--num-envs", "four"]),
-        (["train", "ppo", "--env", "CartPole-v1", "--policy", "data-parallel", "--devices", "3"],
-         ["devices=3", "does not divide across 3 devices"]),
-        (["train", "ppo", "--env", "CartPole-v1", "--devices", "0"], ["devices=0", "positive"]),
-        (["train", "ppo", "--env", "CartPole-v1", "--policy", "anakin"], ["--policy", "invalid choice: 'anakin'"]),
-    ],
-)
-def test_bad_input_exits_2_naming_the_setting(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                              argv: list[str], expected: list[str]) -> None:
-    run_dir = tmp_path / "never"
-    status, _, err = run_cli(capsys, *argv, *(["--run-dir", str(run_dir)] if "a3c" not in argv else []))
-    assert status == 2
-    for text in expected:
-        assert text in err, err
-    assert "Traceback" not in err
-    assert not run_dir.exists()  # refused before anything was written
-
-
-def test_existing_run_directory_is_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "metrics.csv").write_text("precious\n")
-    status, _, err = run_cli(capsys, "train", "ppo", "--env", "CartPole-v1", "--run-dir", str(tmp_path))
-    assert status == 2 and "--overwrite" in err and f"run_dir='{tmp_path}'" in err
-    assert (tmp_path / "metrics.csv").read_text() == "precious\n"
 
 
 def test_console_script_and_module_entry_exit_2_without_traceback() -> None:
@@ -131,22 +109,3 @@ def test_sweep_writes_member_rows_summary_and_curves(tmp_path: Path, capsys: pyt
     assert "best setting: {'lr':" in out
     assert json.loads((run_dir / "config.json").read_text())["members"] == 4
     assert (run_dir / "learning_curve.png").exists() and (run_dir / "summary.csv").exists()
-
-
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["--sweep", "num_envs=4,8"], ["sweep='num_envs'", "static field", "separate runs"]),
-        (["--sweep", "lr=fast"], ["sweep='lr=fast'", "numbers"]),
-        (["--sweep", "lr=loguniform:1e-5:1e-2"], ["samples=None", "--samples"]),
-        (["--sweep", "learning_rate=1e-3"], ["sweep='learning_rate'", "sweepable"]),
-        (["--seeds", "0"], ["seeds=0", "positive"]),
-    ],
-)
-def test_bad_sweeps_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str],
-                           expected: list[str]) -> None:
-    status, _, err = run_cli(capsys, "train", "ppo", "--env", "CartPole-v1", *argv, "--run-dir", str(tmp_path / "x"))
-    assert status == 2
-    for text in expected:
-        assert text in err, err
-    assert not (tmp_path / "x").exists()

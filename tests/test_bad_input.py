@@ -1,0 +1,107 @@
+"""Every way to mis-configure a run: exit status 2, one message naming the setting, the
+value and the fix, no traceback, and nothing on disk touched or created."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jaxrl_frag.cli import main
+
+TRAIN = ["train", "ppo", "--env", "CartPole-v1"]
+TINY = ["--num-envs", "4", "--num-steps", "8", "--total-steps", "64", "--chunk-iterations", "1"]
+
+CASES = [
+    # recipe and environment
+    (["train", "a3c", "--env", "CartPole-v1"], ["invalid choice: 'a3c'", "ppo"]),
+    (["train", "ppo", "--env", "CartPol-v1"], ["env='CartPol-v1'", "unknown environment", "did you mean CartPole-v1"]),
+    (["train", "ppo"], ["--env"]),
+    ([*TRAIN, "--learning-rate", "1e-3"], ["unrecognized arguments: --learning-rate"]),
+    # recipe settings
+    ([*TRAIN, "--num-envs", "0"], ["num_envs=0", "positive"]),
+    ([*TRAIN, "--num-envs", "four"], ["--num-envs", "four"]),
+    ([*TRAIN, "--num-steps", "-5"], ["num_steps=-5", "positive"]),
+    ([*TRAIN, "--total-steps", "1.5"], ["--total-steps", "not a whole number"]),
+    ([*TRAIN, "--total-steps", "100"], ["total_steps=100", "at least one iteration"]),
+    ([*TRAIN, "--num-minibatches", "3"], ["num_minibatches=3", "4 * 128 = 512", "choose one of"]),
+    ([*TRAIN, "--hidden", "0,64"], ["hidden=(0, 64)", "positive layer widths"]),
+    ([*TRAIN, "--hidden", "wide"], ["--hidden", "comma-separated list of widths"]),
+    ([*TRAIN, "--lr=-1e-3"], ["lr=-0.001", "positive"]),
+    ([*TRAIN, "--lr", "inf"], ["lr=inf", "finite"]),
+    ([*TRAIN, "--gamma", "1.5"], ["gamma=1.5", "(0, 1]"]),
+    ([*TRAIN, "--gae-lambda", "nan"], ["gae_lambda=nan", "finite"]),
+    ([*TRAIN, "--ent-coef", "-0.1"], ["ent_coef=-0.1", "zero or positive"]),
+    # distribution policy
+    ([*TRAIN, "--policy", "anakin"], ["--policy", "invalid choice: 'anakin'"]),
+    ([*TRAIN, "--devices", "0"], ["devices=0", "positive"]),
+    ([*TRAIN, "--policy", "data-parallel", "--devices", "3"], ["devices=3", "does not divide across 3 devices"]),
+    ([*TRAIN, "--shuffle", "global"], ["--shuffle", "invalid choice: 'global'"]),
+    # seeds and sweeps
+    ([*TRAIN, "--seeds", "0"], ["seeds=0", "positive"]),
+    ([*TRAIN, "--sweep", "num_envs=4,8"], ["sweep='num_envs'", "static field", "separate runs"]),
+    ([*TRAIN, "--sweep", "lr=fast"], ["sweep='lr=fast'", "numbers"]),
+    ([*TRAIN, "--sweep", "lr"], ["sweep='lr'", "NAME=V1,V2"]),
+    ([*TRAIN, "--sweep", "lr=loguniform:1e-5:1e-2"], ["samples=None", "--samples"]),
+    ([*TRAIN, "--sweep", "lr=gauss:0:1", "--samples", "4"], ["sweep='lr=gauss:0:1'", "uniform, loguniform"]),
+    ([*TRAIN, "--sweep", "learning_rate=1e-3"], ["sweep='learning_rate'", "sweepable"]),
+    ([*TRAIN, "--samples", "8"], ["samples=8", "random search"]),
+    # run length, rows and checkpoints
+    ([*TRAIN, "--chunk-iterations", "0"], ["chunk_iterations=0", "positive"]),
+    ([*TRAIN, *TINY[:6], "--chunk-iterations", "2", "--checkpoint-every", "3"],
+     ["checkpoint_every=3", "multiple of chunk_iterations (2)", "e.g. 2"]),
+    ([*TRAIN, "--keep-checkpoints", "0"], ["keep_checkpoints=0", "at least one"]),
+    # run directories
+    ([*TRAIN, "--run-dir", "{file}"], ["run_dir=", "is a file"]),
+    ([*TRAIN, "--run-dir", "{existing}"], ["run_dir=", "already holds files", "--resume", "--overwrite"]),
+    ([*TRAIN, "--run-dir", "{existing}", "--resume", "--overwrite"], ["--resume and --overwrite exclude each other"]),
+    ([*TRAIN, "--resume"], ["resume=True", "--run-dir"]),
+    ([*TRAIN, "--run-dir", "{empty}", "--resume"], ["holds no run to resume"]),
+    ([*TRAIN, *TINY, "--run-dir", "{existing}", "--resume", "--lr", "1e-3"],
+     ["lr: 0.00025 -> 0.001", "jaxrl-frag resume"]),
+    (["resume", "{empty}"], ["holds no run to resume (no config.json)"]),
+    (["resume", "{existing}", "--override", "lr=1e-3"], ["override='lr=1e-3'", "cannot change in a resumed run"]),
+    (["resume", "{existing}", "--override", "total_steps=lots"], ["override='total_steps=lots'", "whole number"]),
+    (["resume", "{existing}", "--override", "total_steps"], ["override='total_steps'", "NAME=VALUE"]),
+]
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """An existing finished run, an empty directory and a plain file."""
+    root = tmp_path_factory.mktemp("bad_input")
+    existing = root / "existing"
+    assert main([*TRAIN, *TINY, "--run-dir", str(existing)]) == 0
+    (root / "empty").mkdir()
+    (root / "file").write_text("not a directory\n")
+    return {"existing": existing, "empty": root / "empty", "file": root / "file"}
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>" for p in sorted(root.rglob("*"))}
+
+
+def test_there_are_at_least_25_cases() -> None:
+    assert len(CASES) >= 25
+
+
+@pytest.mark.parametrize(("argv", "expected"), CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_bad_input_exits_2_with_a_message_and_touches_nothing(
+    argv: list[str], expected: list[str], places: dict[str, Path], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a default run directory would appear here
+    argv = [a.format(**{k: str(v) for k, v in places.items()}) for a in argv]
+    root = places["existing"].parent
+    before = _snapshot(root)
+    try:
+        status = main(argv)
+    except SystemExit as exit_:  # argparse's own usage errors
+        status = exit_.code
+    err = capsys.readouterr().err
+    assert status == 2, err
+    for text in expected:
+        assert text in err, err
+    assert "Traceback" not in err and "error:" in err.strip().splitlines()[-1]
+    assert _snapshot(root) == before
+    assert list(tmp_path.iterdir()) == []

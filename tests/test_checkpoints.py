@@ -1,0 +1,158 @@
+"""Checkpoints through the Python API: restore onto another mesh, fall back past damaged
+steps, and stop at the first non-finite iteration with the fragment named."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrl_frag as jf
+from jaxrl_frag import envs
+from jaxrl_frag.checkpoints import Checkpoints
+from jaxrl_frag.errors import NonFiniteError
+from jaxrl_frag.sharding import DataParallel
+
+SMALL = dict(num_envs=8, num_steps=16, total_steps=8 * 16 * 12)  # 12 iterations
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[jf.Program, Path]:
+    """A single-device program, and its checkpoints at iterations 4 and 8 (stopped there)."""
+    program = jf.compile(jf.recipes.PPO.create("CartPole-v1", **SMALL), chunk_iterations=2)
+    directory = tmp_path_factory.mktemp("ckpt") / "checkpoints"
+    program.run(jax.random.PRNGKey(0), iterations=8, checkpoints=Checkpoints(directory, every=4))
+    return program, directory
+
+
+def test_restore_on_2_devices_continues_as_on_4(tmp_path: Path) -> None:
+    algo = jf.recipes.PPO.create("CartPole-v1", **SMALL)
+    on4 = jf.compile(algo, DataParallel(4, shuffle="exact"), chunk_iterations=2)
+    on4.run(jax.random.PRNGKey(1), iterations=6, checkpoints=Checkpoints(tmp_path, every=6))
+    on2 = jf.compile(algo, DataParallel(2, shuffle="exact"), chunk_iterations=2)
+    from_4, from_2 = on4.restore(tmp_path), on2.restore(tmp_path)
+    assert from_4.iteration == from_2.iteration == 6
+    assert {d.id for d in jax.tree.leaves(from_2.state)[0].sharding.device_set} == {0, 1}
+    ended_on_4, ended_on_2 = on4.run(from_4), on2.run(from_2)
+    assert ended_on_2.iteration == ended_on_4.iteration == 12
+    for a, b in zip(jax.tree.leaves(ended_on_2.state.params), jax.tree.leaves(ended_on_4.state.params), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)
+    np.testing.assert_allclose(ended_on_2["loss"], ended_on_4["loss"], rtol=2e-4)
+
+
+def _truncate_largest_file(step: Path) -> None:
+    largest = max((p for p in step.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 2])
+
+
+def _flip_bytes_of_largest_file(step: Path) -> None:
+    largest = max((p for p in step.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data = bytearray(largest.read_bytes())
+    for i in range(len(data) // 3, len(data) // 3 + 64):
+        data[i] ^= 0xFF
+    largest.write_bytes(bytes(data))
+
+
+DAMAGE = {
+    "array data truncated": _truncate_largest_file,
+    "array data overwritten": _flip_bytes_of_largest_file,
+    "state item deleted": lambda step: shutil.rmtree(step / "state"),
+    "metadata garbled": lambda step: (step / "meta" / "metadata").write_text("{not json"),
+    "step left empty": lambda step: [shutil.rmtree(p) if p.is_dir() else p.unlink() for p in step.iterdir()],
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_damaged_newest_step_falls_back_to_the_previous(saved: tuple[jf.Program, Path], tmp_path: Path,
+                                                       damage: str) -> None:
+    program, pristine = saved
+    directory = tmp_path / "checkpoints"
+    shutil.copytree(pristine, directory)
+    assert sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()) == [4, 8]
+    DAMAGE[damage](directory / "8")
+    with pytest.warns(UserWarning, match="checkpoint step 8 .* is unusable"):
+        checkpoint = program.restore(directory)
+    assert checkpoint.iteration == 4
+    intact = program.restore(pristine)  # the undamaged copy gives step 8
+    assert intact.iteration == 8
+    # resuming from the fallback reproduces step 8 exactly
+    again = program.run(checkpoint, iterations=8)
+    for a, b in zip(jax.tree.leaves(again.state), jax.tree.leaves(intact.state), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@dataclasses.dataclass(frozen=True)
+class PoisonedRewards(envs.Wrapper):
+    """CartPole whose rewards turn NaN after ``after`` steps of each environment."""
+
+    after: int = 0
+
+    def reset(self, key: jax.Array) -> tuple[tuple[object, jax.Array], jax.Array]:
+        state, obs = self.inner.reset(key)
+        return (state, jnp.int32(0)), obs
+
+    def step(self, key: jax.Array, state: tuple[object, jax.Array], action: jax.Array) -> tuple[object, envs.TimeStep]:
+        inner, t = state
+        inner, ts = self.inner.step(key, inner, action)
+        return (inner, t + 1), ts._replace(reward=jnp.where(t >= self.after, jnp.nan, ts.reward))
+
+
+envs.register("PoisonedCartPole-v1", lambda after=16 * 5: PoisonedRewards(envs.GymnaxEnv.make("CartPole-v1"), after))
+
+
+def test_nan_from_the_environment_names_the_iteration_and_the_actor(tmp_path: Path) -> None:
+    program = jf.compile(jf.recipes.PPO.create("PoisonedCartPole-v1", **SMALL), chunk_iterations=2)
+    rows = []
+    checkpoints = Checkpoints(tmp_path, every=2)
+    with pytest.raises(NonFiniteError) as error:
+        program.run(jax.random.PRNGKey(0), on_chunk=rows.append, checkpoints=checkpoints)
+    # steps 0..79 are fine; step 80 (the 6th iteration of 16 steps) carries the first NaN
+    assert error.value.iteration == 6 and error.value.fragment == "actor.rollout"
+    assert {"state.env_state", "state.params", "metrics.loss"} <= set(error.value.outputs)
+    assert [row["iteration"] for row in rows] == [2, 4]
+    assert checkpoints.steps() == [2, 4]
+    assert all(np.isfinite(v).all() for v in jax.tree.leaves(program.restore(tmp_path).state))
+
+
+def test_diverging_learning_rate_names_the_learner() -> None:
+    program = jf.compile(jf.recipes.PPO.create("CartPole-v1", lr=1e30, **SMALL), chunk_iterations=4)
+    with pytest.raises(NonFiniteError, match="non-finite values at iteration") as error:
+        program.run(jax.random.PRNGKey(0))
+    assert error.value.fragment == "learner.learn" and "state.params" in error.value.outputs
+
+
+def test_cli_exits_3_on_nan_keeping_the_last_good_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from jaxrl_frag.cli import main
+
+    run_dir = tmp_path / "run"
+    status = main(["train", "ppo", "--env", "PoisonedCartPole-v1", "--num-envs", "8", "--num-steps", "16",
+                   "--total-steps", str(SMALL["total_steps"]), "--chunk-iterations", "2", "--checkpoint-every", "2",
+                   "--run-dir", str(run_dir)])
+    err = capsys.readouterr().err
+    assert status == 3, err
+    assert "non-finite values at iteration 6" in err and "actor.rollout" in err
+    assert f"the last good checkpoint is iteration 4 in {run_dir.absolute() / 'checkpoints'}" in err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["2", "4"]
+    assert [float(r.split(",")[0]) for r in (run_dir / "metrics.csv").read_text().splitlines()[1:]] == [2.0, 4.0]
+
+
+def test_population_with_its_hyperparameters_resumes_exactly(tmp_path: Path) -> None:
+    from jaxrl_frag.transforms import Population
+
+    members = [jf.recipes.PPO.create("CartPole-v1", lr=lr, **SMALL) for lr in (1e-4, 1e-3)]
+    program = jf.compile(Population.of(members, [0, 1]), chunk_iterations=2)
+    whole = program.run(jax.random.PRNGKey(0))
+    program.run(jax.random.PRNGKey(0), iterations=6, checkpoints=Checkpoints(tmp_path, every=2))
+    checkpoint = program.restore(tmp_path)
+    assert checkpoint.iteration == 6 and checkpoint.meta["config"]["lr"] == pytest.approx([1e-4, 1e-3])
+    resumed = program.run(checkpoint)
+    assert [r["iteration"] for r in resumed.rows] == [8, 10, 12]
+    for a, b in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(whole.state), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(resumed["loss"], whole["loss"][3:])

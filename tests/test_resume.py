@@ -1,0 +1,124 @@
+"""A run killed at any moment and resumed is the same run: parameters and metrics
+bitwise equal to an uninterrupted one. Real processes, real SIGKILL and SIGTERM, real
+orbax checkpoints on disk."""
+
+from __future__ import annotations
+
+import csv
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from saved_state import read_state
+
+WORKER = Path(__file__).with_name("resume_worker.py")
+# 200 iterations of 4 x 128 steps, a row every 4 iterations, a checkpoint every 20
+TRAIN = ["train", "ppo", "--env", "CartPole-v1", "--total-steps", "102400", "--chunk-iterations", "4",
+         "--checkpoint-every", "20"]
+LAST = 200
+
+
+def _worker(mode: str, n: int, *argv: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(WORKER), mode, str(n), "--", *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=300)
+    return proc.returncode, out, err
+
+
+def _metrics(run_dir: Path) -> list[dict[str, str]]:
+    """metrics.csv as text, without the wall-clock column."""
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return [{k: v for k, v in row.items() if k != "sps"} for row in csv.DictReader(f)]
+
+
+def _logged(tag: str, run_dir: Path) -> list[tuple[int, float]]:
+    """(step, value) of a TensorBoard scalar, as a reader sees it."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    return [(e.step, e.value) for e in events.Scalars(tag)]
+
+
+def _final_state(run_dir: Path) -> dict:
+    return read_state(run_dir / "checkpoints" / str(LAST))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("resume") / "uninterrupted"
+    status, _, err = _finish(_worker("none", 0, *TRAIN, "--run-dir", str(run_dir)))
+    assert status == 0, err
+    return run_dir
+
+
+def _kill_at_random_moment(run_dir: Path) -> subprocess.Popen[str]:
+    """SIGKILL from outside, at a random moment once a fifth of the rows are written."""
+    proc = _worker("none", 0, *TRAIN, "--run-dir", str(run_dir))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        rows = run_dir / "metrics.csv"
+        if rows.exists() and len(rows.read_text().splitlines()) > 10:
+            break
+        time.sleep(0.01)
+    time.sleep(random.Random(7).uniform(0.0, 0.2))
+    proc.send_signal(signal.SIGKILL)
+    return proc
+
+
+@pytest.mark.parametrize(
+    "kill",
+    ["during the 3rd checkpoint's commit", "after the 27th row (past a checkpoint)", "at a random moment",
+     "by SIGTERM (preemption notice)"],
+)
+def test_killed_run_resumes_to_the_same_parameters_and_metrics(uninterrupted: Path, tmp_path: Path, kill: str) -> None:
+    run_dir = tmp_path / "run"
+    if kill.startswith("during"):
+        proc = _worker("commit", 3, *TRAIN, "--run-dir", str(run_dir))
+    elif kill.startswith("after"):
+        proc = _worker("rows", 27, *TRAIN, "--run-dir", str(run_dir))
+    elif kill.startswith("at a random"):
+        proc = _kill_at_random_moment(run_dir)
+    else:
+        proc = _worker("none", 0, *TRAIN, "--run-dir", str(run_dir))
+        while not (run_dir / "metrics.csv").exists() and proc.poll() is None:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+    status, out, err = _finish(proc)
+    if kill.startswith("by SIGTERM"):
+        assert status == 0 and "Resume with: jaxrl-frag resume" in out, err
+        assert "SIGTERM received" in err
+    else:
+        assert status == -signal.SIGKILL, err
+    assert not (run_dir / "checkpoints" / str(LAST)).exists()  # it was stopped before the end
+
+    status, out, err = _finish(_worker("none", 0, "resume", str(run_dir)))
+    assert status == 0, err
+    assert _metrics(run_dir) == _metrics(uninterrupted)
+    assert _logged("loss", run_dir) == _logged("loss", uninterrupted)  # no duplicate or missing events
+    resumed, reference = _final_state(run_dir), _final_state(uninterrupted)
+    assert jax.tree.structure(resumed) == jax.tree.structure(reference)
+    for a, b in zip(jax.tree.leaves(resumed), jax.tree.leaves(reference), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_resume_with_changed_settings_is_refused(uninterrupted: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from jaxrl_frag.cli import main
+
+    before = {p: p.read_bytes() for p in uninterrupted.rglob("*") if p.is_file()}
+    assert main([*TRAIN, "--run-dir", str(uninterrupted), "--resume", "--lr", "1e-3", "--total-steps", "2e5"]) == 2
+    err = capsys.readouterr().err
+    assert "lr: 0.00025 -> 0.001" in err and "total_steps: 102400 -> 200000" in err
+    assert "--override (total_steps=...)" in err
+    assert main(["resume", str(uninterrupted), "--override", "lr=1e-3"]) == 2
+    assert "lr cannot change in a resumed run" in capsys.readouterr().err
+    assert before == {p: p.read_bytes() for p in uninterrupted.rglob("*") if p.is_file()}
