@@ -5,13 +5,18 @@ A step is written to a temporary directory and renamed when complete (orbax), so
 kill during a write leaves the previous steps intact. Each step also records a
 fingerprint of the state (a wrapping integer sum of its bits, computed on device and
 independent of the sharding); on restore a step that fails to load or to match its
-fingerprint is reported, removed, and the step before it used.
+fingerprint is reported, moved aside to ``<directory>.damaged/``, and the step before
+it used.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
+import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
 from jaxrl_frag.errors import check
 
@@ -43,8 +49,7 @@ class Checkpoints:
     """
 
     def __init__(self, directory: str | Path, every: int | None = None, keep: int = 3):
-        check(every is None or every > 0, "checkpoint_every", every, "must be a positive iteration count")
-        check(keep > 0, "keep_checkpoints", keep, "must keep at least one checkpoint")
+        check_settings(every, keep)
         self.directory = Path(directory).absolute()
         self.every = every
         self.keep = keep
@@ -72,7 +77,8 @@ class Checkpoints:
         with shardings: any mesh); ``None`` if there is no step at all.
 
         A step that cannot be read, or whose contents do not match the fingerprint
-        saved with it, is removed with a warning, and the one before it tried.
+        saved with it, is moved aside (``damaged``) with a warning, and the one before
+        it tried.
         """
         self.wait()
         abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), like)
@@ -86,10 +92,25 @@ class Checkpoints:
                 problem = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
             if problem is None:
                 return Checkpoint(state, int(meta["iteration"]), meta)
+            aside = self._set_aside(step)
             warnings.warn(f"checkpoint step {step} in {self.directory} is unusable ({problem}); "
-                          "removed it, trying the step before", stacklevel=2)
-            self._manager.delete(step)
+                          f"moved it to {aside}, trying the step before", stacklevel=2)
         return None
+
+    @property
+    def damaged(self) -> Path:
+        """Where unusable steps are moved (kept for inspection, out of orbax's way)."""
+        return self.directory.with_name(self.directory.name + ".damaged")
+
+    def _set_aside(self, step: int) -> Path:
+        target = self.damaged / f"{step}-{time.strftime('%Y%m%d-%H%M%S')}"
+        if jax.process_index() == 0:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(self.directory / str(step), target)
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices(f"jaxrl_frag: set aside checkpoint step {step}")
+        self._manager.reload()
+        return target
 
     def delete_after(self, iteration: int) -> None:
         """Remove the steps past ``iteration`` (a resumed run writes them again)."""
@@ -100,6 +121,25 @@ class Checkpoints:
     def close(self) -> None:
         self._manager.wait_until_finished()
         self._manager.close()
+
+
+def check_settings(every: int | None, keep: int, chunk_iterations: int | None = None) -> None:
+    """Raise ``ConfigError`` for a checkpoint interval that is not a positive multiple of
+    ``chunk_iterations`` (saves happen between chunks), or ``keep`` below one."""
+    check(every is None or every > 0, "checkpoint_every", every, "must be a positive iteration count")
+    if every is not None and chunk_iterations:
+        check(every % chunk_iterations == 0, "checkpoint_every", every,
+              f"must be a multiple of chunk_iterations ({chunk_iterations}), e.g. "
+              f"{max(1, every // chunk_iterations) * chunk_iterations}")
+    check(keep > 0, "keep_checkpoints", keep, "must keep at least one checkpoint")
+
+
+def changed_settings(saved: dict[str, Any], now: dict[str, Any], ignore: Sequence[str] = ()) -> list[str]:
+    """The settings that differ between a saved configuration and ``now`` (compared as
+    JSON, so tuples equal lists), other than ``ignore``, as ``"name: old -> new"``."""
+    now = json.loads(json.dumps(now, default=str))
+    names = sorted(k for k in (saved.keys() | now.keys()) - set(ignore) if saved.get(k) != now.get(k))
+    return [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in names]
 
 
 @jax.jit

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
 import os
 import signal
 import sys
@@ -155,8 +154,12 @@ def _configure_runtime(argv: Sequence[str] | None) -> None:
     _add_runtime_flags(early)
     args = early.parse_known_args(argv)[0]
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["resume"] and len(argv) > 1:  # the saved device count, unless overridden
-        args.devices = _resume_settings(Path(argv[1]), _early_overrides(argv)).get("devices")
+    if argv[:1] == ["resume"]:  # the saved device count, unless overridden
+        early.add_argument("run_dir", type=Path, nargs="?")
+        early.add_argument("--override", action="append", default=[])
+        resume = early.parse_known_args(argv[1:])[0]
+        if resume.run_dir is not None:
+            args.devices = _resume_settings(resume.run_dir, _parse_overrides(resume.override)).get("devices")
     if args.devices is not None:
         check(args.devices > 0, "devices", args.devices, "must be a positive device count")
         import jax
@@ -220,25 +223,19 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 def _resolved_config(args: argparse.Namespace, algo: Any) -> dict[str, Any]:
     """The run's full configuration, every default filled in; validates the checkpoint
     interval (before anything is traced)."""
+    from jaxrl_frag.checkpoints import check_settings
     from jaxrl_frag.program import default_chunk_iterations
 
-    chunk = args.chunk_iterations or default_chunk_iterations(algo)
-    every = args.checkpoint_every or 10 * chunk
-    check(every % chunk == 0, "checkpoint_every", every,
-          f"must be a multiple of chunk_iterations ({chunk}), e.g. {max(1, every // chunk) * chunk}")
-    check(args.keep_checkpoints > 0, "keep_checkpoints", args.keep_checkpoints, "must keep at least one checkpoint")
+    chunk = default_chunk_iterations(algo) if args.chunk_iterations is None else args.chunk_iterations
+    every = 10 * chunk if args.checkpoint_every is None else args.checkpoint_every
+    check_settings(every, args.keep_checkpoints, chunk)
     return {"recipe": args.recipe, "seed": args.seed, "seeds": args.seeds, "sweep": args.sweep, "samples": args.samples,
             "policy": args.policy, "devices": args.devices, "shuffle": args.shuffle, "chunk_iterations": chunk,
             "checkpoint_every": every, "keep_checkpoints": args.keep_checkpoints, **algo.config()}
 
 
-def _changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """The settings that differ between a saved config and ``now`` (compared as JSON)."""
-    now = json.loads(json.dumps(now, default=str))
-    return sorted(k for k in (saved.keys() | now.keys()) - set(_RUNTIME_KEYS) if saved.get(k) != now.get(k))
-
-
 def _train(args: argparse.Namespace) -> int:
+    from jaxrl_frag.checkpoints import changed_settings
     from jaxrl_frag.distributed import is_main_process
     from jaxrl_frag.rundir import RunDir
 
@@ -251,10 +248,9 @@ def _train(args: argparse.Namespace) -> int:
     algo, members = _make_algorithm(args)
     config = _resolved_config(args, algo)
     if args.resume:
-        saved = run_dir.read_config()
-        changed = _changes(saved, config)
-        safe = [k for k in changed if k in RESUMABLE_CHANGES]
-        check(not changed, "resume", ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in changed),
+        changed = changed_settings(run_dir.read_config(), config, _RUNTIME_KEYS)
+        safe = [c.split(":")[0] for c in changed if c.split(":")[0] in RESUMABLE_CHANGES]
+        check(not changed, "resume", ", ".join(changed),
               f"these settings differ from the run in {run_dir.path}; resume it unchanged with "
               f"`jaxrl-frag resume {run_dir.path}`"
               + (f", changing only what may change with --override ({', '.join(f'{k}=...' for k in safe)})" if safe else "")
@@ -263,19 +259,23 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
+    from jaxrl_frag.checkpoints import changed_settings
     from jaxrl_frag.rundir import RunDir
 
     run_dir = RunDir(args.run_dir)
     overrides = _parse_overrides(args.override)
     saved = run_dir.read_config()
-    settings = _resume_settings(run_dir.path, overrides)
+    # the row and checkpoint intervals stay as they were, unless overridden, even where a
+    # default derived from the run length would now give another value
+    settings = {**_resume_settings(run_dir.path, {}), "chunk_iterations": saved["chunk_iterations"],
+                "checkpoint_every": saved["checkpoint_every"], **overrides}
     train_args = build_parser().parse_args(["train", settings["recipe"], "--env", settings["env"]])
     vars(train_args).update(settings, resume=True, run_dir=run_dir.path, overwrite=False,
                             coordinator=args.coordinator, num_processes=args.num_processes, process_id=args.process_id)
     algo, members = _make_algorithm(train_args)
     config = _resolved_config(train_args, algo)
-    changed = [k for k in _changes(saved, config) if k not in overrides]
-    check(not changed, "config", ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in changed),
+    changed = changed_settings(saved, config, (*_RUNTIME_KEYS, *overrides))
+    check(not changed, "config", ", ".join(changed),
           "the saved settings no longer build the same run (was the recipe's code changed?); start a new run")
     return _run(train_args, run_dir, algo, members, config)
 
@@ -294,12 +294,6 @@ def _parse_overrides(specs: Sequence[str]) -> dict[str, Any]:
         except (ValueError, argparse.ArgumentTypeError):
             raise ConfigError("override", spec, f"{name} must be a whole number") from None
     return out
-
-
-def _early_overrides(argv: Sequence[str]) -> dict[str, Any]:
-    early = argparse.ArgumentParser(add_help=False)
-    early.add_argument("--override", action="append", default=[])
-    return _parse_overrides(early.parse_known_args(argv)[0].override)
 
 
 def _resume_settings(path: Path, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -333,20 +327,20 @@ def _run(args: argparse.Namespace, run_dir: Any, algo: Any, members: list[tuple[
               "backend": jax.default_backend(), "settings": _settings(args)}
     checkpoints = Checkpoints(run_dir.checkpoints, every=config["checkpoint_every"], keep=config["keep_checkpoints"])
     start: Any = jax.random.PRNGKey(args.seed)
-    if args.resume:
-        start = _restore(program, checkpoints, start) if checkpoints.steps() else start
-        if not _is_checkpoint(start):
-            say(f"no usable checkpoint in {checkpoints.directory}: starting the run from iteration 0")
-    if main_process:
-        run_dir.write_config(config)
+    if args.resume and checkpoints.steps():
+        start = program.restore(checkpoints, allow_changes=RESUMABLE_CHANGES)
+    elif args.resume:  # killed before its first checkpoint: from the start is the same run
+        say(f"no checkpoint in {checkpoints.directory} yet: starting the run from iteration 0")
     done = start.iteration if _is_checkpoint(start) else 0
     if done >= algo.num_iterations:
+        checkpoints.close()
+        check(done == algo.num_iterations, "total_steps", algo.num_iterations * algo.steps_per_iteration,
+              f"is below the {done * algo.steps_per_iteration} steps the run has already taken; give more")
         say(f"the run in {run_dir.path} is complete ({done} iterations); to train on, resume it with "
             f"--override total_steps=N (N > {done * algo.steps_per_iteration})")
-        checkpoints.close()
         return 0
-    checkpoints.delete_after(done)  # every process: orbax coordinates the deletion
     if main_process:
+        run_dir.write_config(config)
         run_dir.truncate_metrics(done)
         run_dir.open_log(purge_step=done * algo.steps_per_iteration + 1)
     on_chunk = _Reporter(run_dir, members, algo, done) if main_process else None
@@ -384,17 +378,6 @@ def _run(args: argparse.Namespace, run_dir: Any, algo: Any, members: list[tuple[
     return 0
 
 
-def _restore(program: Any, checkpoints: Any, key: Any) -> Any:
-    """The newest usable checkpoint, or ``key`` (a fresh start) when none is usable."""
-    try:
-        return program.restore(checkpoints, allow_changes=RESUMABLE_CHANGES)
-    except ConfigError as error:
-        if error.field != "checkpoint":
-            raise
-        print(f"jaxrl-frag: warning: {error}", file=sys.stderr)
-        return key
-
-
 def _is_checkpoint(start: Any) -> bool:
     from jaxrl_frag.checkpoints import Checkpoint
 
@@ -427,7 +410,8 @@ class _Reporter:
 
 class _StopOnSignal:
     """While active, SIGINT and SIGTERM (a preemption notice) ask the run to stop after
-    its current call; a second SIGINT interrupts at once."""
+    its current call (calls last about ``Program.seconds_per_call``); a second SIGINT
+    interrupts at once."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -440,8 +424,8 @@ class _StopOnSignal:
         if self.requested and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.requested = True
-        print(f"jaxrl-frag: {signal.Signals(signum).name} received: stopping after the current chunk "
-              "and saving a checkpoint", file=sys.stderr)
+        print(f"jaxrl-frag: {signal.Signals(signum).name} received: stopping after the current call "
+              "(a few seconds) and saving a checkpoint", file=sys.stderr)
 
     def __enter__(self) -> _StopOnSignal:
         if threading.current_thread() is threading.main_thread():

@@ -17,7 +17,7 @@ from jax.experimental import multihost_utils
 from jaxrl_frag import costs, primitives
 from jaxrl_frag import metrics as metrics_lib
 from jaxrl_frag.algorithms import Algorithm
-from jaxrl_frag.checkpoints import Checkpoint, Checkpoints
+from jaxrl_frag.checkpoints import Checkpoint, Checkpoints, changed_settings, check_settings
 from jaxrl_frag.collectives import Collective, audit, totals
 from jaxrl_frag.errors import NonFiniteError, check
 from jaxrl_frag.graph import FragmentGraph, format_bytes
@@ -148,10 +148,8 @@ class Program:
         check(iterations is not None and iterations > 0, "iterations", iterations,
               "give a positive number of iterations (this algorithm sets none by default)")
         every = None if checkpoints is None else checkpoints.every
-        if every is not None:
-            check(every % self.chunk_iterations == 0, "checkpoint_every", every,
-                  f"must be a multiple of chunk_iterations ({self.chunk_iterations}), e.g. "
-                  f"{max(1, every // self.chunk_iterations) * self.chunk_iterations}")
+        if checkpoints is not None:
+            check_settings(every, checkpoints.keep, self.chunk_iterations)
         done = start.iteration if isinstance(start, Checkpoint) else 0
         state = start.state if isinstance(start, Checkpoint) else self.init(start) if _is_key(start) else start
         check(done <= iterations, "iterations", iterations,
@@ -159,9 +157,11 @@ class Program:
         per_step = self.algorithm.steps_per_iteration
         rows: list[Row] = []
         chunks_per_call, stopped = 1, False
+        if checkpoints is not None:
+            checkpoints.delete_after(done)  # steps past the start belong to a run that did not survive
 
         def save() -> None:
-            if checkpoints is not None and done not in checkpoints.steps():
+            if checkpoints is not None:
                 checkpoints.save(done, state, {**(meta or {}), "config": self.algorithm.config(),
                                                "env_steps": done * per_step})
 
@@ -190,9 +190,8 @@ class Program:
                     checkpoints.wait()
                 graph = FragmentGraph.from_jaxpr(self._trace_step())
                 raise NonFiniteError(done + 1 + (int(ran) - 1) % k, bad, graph.first_producer(bad))
-            chunks_per_call = max(1, round(chunks * self.seconds_per_call / max(seconds, 1e-6)))
-            stopped = stop is not None and stop()
-            chunks_per_call, stopped = _same_on_all_processes(chunks_per_call, int(stopped))
+            chunks_per_call = _same_on_all_processes(max(1, round(chunks * self.seconds_per_call / max(seconds, 1e-6))))
+            stopped = _on_any_process(stop is not None and stop()) and done < iterations
             if (every is not None and done % every == 0) or done == iterations or stopped:
                 save()
         if checkpoints is not None:
@@ -209,12 +208,15 @@ class Program:
         manager = path if isinstance(path, Checkpoints) else Checkpoints(path)
         like = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                             self._state_shape, self._state_sharding)
-        checkpoint = manager.restore(like)
+        try:
+            checkpoint = manager.restore(like)
+        finally:
+            if manager is not path:
+                manager.close()
         check(checkpoint is not None, "checkpoint", str(manager.directory),
-              "holds no usable checkpoint; start the run afresh")
-        saved, now = checkpoint.meta.get("config", {}), self.algorithm.config()
-        changed = sorted(k for k in saved.keys() | now.keys() if saved.get(k) != now.get(k) and k not in allow_changes)
-        check(not changed, "config", ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed),
+              f"holds no usable checkpoint (unusable ones are in {manager.damaged}); start the run afresh")
+        changed = changed_settings(checkpoint.meta.get("config", {}), self.algorithm.config(), allow_changes)
+        check(not changed, "config", ", ".join(changed),
               "differs from the checkpoint's; resume with the saved settings or start a new run")
         return checkpoint
 
@@ -290,12 +292,19 @@ def _traced_under(rule: primitives.Lowering, fn: Callable[..., Any]) -> Callable
     return traced
 
 
-def _same_on_all_processes(*values: int) -> tuple[int, ...]:
-    """Process 0's ``values`` everywhere: every process must make the same calls, or the
+def _same_on_all_processes(value: int) -> int:
+    """Process 0's ``value`` everywhere: every process must make the same calls, or the
     collectives inside them would wait for each other forever."""
     if jax.process_count() == 1:
-        return values
-    return tuple(int(v) for v in multihost_utils.broadcast_one_to_all(np.array(values, np.int32)))
+        return value
+    return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+
+
+def _on_any_process(flag: bool) -> bool:
+    """Whether ``flag`` is set on any process (a preemption notice may reach one host)."""
+    if jax.process_count() == 1:
+        return flag
+    return bool(np.any(multihost_utils.process_allgather(np.int32(flag))))
 
 
 def _is_key(x: Any) -> bool:

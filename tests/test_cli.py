@@ -109,3 +109,20 @@ def test_sweep_writes_member_rows_summary_and_curves(tmp_path: Path, capsys: pyt
     assert "best setting: {'lr':" in out
     assert json.loads((run_dir / "config.json").read_text())["members"] == 4
     assert (run_dir / "learning_curve.png").exists() and (run_dir / "summary.csv").exists()
+
+
+def test_resume_trains_on_to_a_longer_total_with_default_intervals(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = tmp_path / "run"
+    assert run_cli(capsys, "train", "ppo", "--env", "CartPole-v1", "--total-steps", "4096",
+                   "--run-dir", str(run_dir))[0] == 0  # 8 iterations of 512 steps, a row each
+    status, out, err = run_cli(capsys, "resume", str(run_dir), "--override", "total_steps=6144")
+    assert status == 0, err
+    with open(run_dir / "metrics.csv") as f:
+        assert [float(r["iteration"]) for r in csv.DictReader(f)] == list(range(1, 13))
+    assert json.loads((run_dir / "config.json").read_text())["total_steps"] == 6144
+    assert "12" in {p.name for p in (run_dir / "checkpoints").iterdir()}
+    status, out, _ = run_cli(capsys, "resume", str(run_dir))
+    assert status == 0 and "is complete (12 iterations)" in out
+    status, _, err = run_cli(capsys, "resume", str(run_dir), "--override", "total_steps=2048")
+    assert status == 2 and "total_steps=2048" in err and "already taken" in err

@@ -31,8 +31,7 @@ def finite_flags(state: PyTree, metrics: metrics_lib.Metrics) -> Flags:
     flags: dict[str, list[jax.Array]] = {}
     for path, leaf in jax.tree_util.tree_leaves_with_path({"state": state, "metrics": metrics}):
         if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
-            name = ".".join(_key_name(k) for k in path[:2])
-            flags.setdefault(name, []).append(jnp.isfinite(leaf).all())
+            flags.setdefault(".".join(_key_name(k) for k in path[:2]), []).append(jnp.isfinite(leaf).all())
     return {name: jnp.stack(parts).all() for name, parts in flags.items()}
 
 
@@ -41,7 +40,8 @@ def run_chunk(
 ) -> tuple[PyTree, metrics_lib.Metrics, jax.Array, Flags]:
     """Up to ``iterations`` steps of ``algo``; metrics summed or averaged over them (see
     ``metrics``). Returns the state, the metrics, the iterations run and the finite flags
-    of the last one (all set unless it went non-finite, which ends the chunk there)."""
+    of the last one (all set unless it went non-finite, which ends the chunk there, its
+    metrics then meaningless)."""
     state_shape, shapes = jax.eval_shape(algo.step, state)
     zeros = {k: jnp.zeros(v.shape, jnp.float32) for k, v in shapes.items()}
     no_flags = _all_set(state_shape, shapes) if check_finite else {}
