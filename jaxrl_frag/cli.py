@@ -374,7 +374,7 @@ def _run(args: argparse.Namespace, run_dir: Any, algo: Any, members: list[tuple[
         else:
             curve = _write_population_report(run_dir, history, members, title)
         print(f"wrote {run_dir.path / 'config.json'}, {run_dir.path / 'metrics.csv'}, {curve}, "
-              f"{run_dir.path / 'tensorboard'}, {checkpoints.directory}")
+              f"{run_dir.path / 'tensorboard'}, {run_dir.checkpoints}")
     return 0
 
 
