@@ -12,8 +12,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-import jax
-from overhead import alternate
+from overhead import compare_programs
 
 import jaxrl_frag as jf
 
@@ -26,17 +25,7 @@ def main() -> None:
     args = parser.parse_args()
     algo = jf.recipes.PPO.create("CartPole-v1", num_envs=args.num_envs, total_steps=int(args.total_steps))
     programs = {name: jf.compile(algo, check_finite=name == "checked") for name in ("checked", "unchecked")}
-
-    def runner(program: jf.Program):
-        def run() -> float:
-            jax.block_until_ready(program.run(jax.random.PRNGKey(0)).state)
-            return 0.0
-        return run
-
-    runs = {name: runner(program) for name, program in programs.items()}
-    for run in runs.values():
-        run()  # warm-up
-    seconds = alternate(runs, args.repeats)
+    seconds, _ = compare_programs(programs, args.repeats)
     med = {name: statistics.median(s) for name, s in seconds.items()}
     print({name: [round(x, 2) for x in s] for name, s in seconds.items()})
     print(f"{args.num_envs} envs, {int(args.total_steps):,} steps: checked {med['checked']:.2f} s, "

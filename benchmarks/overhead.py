@@ -86,6 +86,23 @@ def alternate(tasks: dict[str, Callable[[], float]], repeats: int) -> dict[str, 
     return seconds
 
 
+def compare_programs(programs: dict[str, jf.Program], repeats: int) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Train seconds of each compiled program, ``repeats`` runs alternating after one
+    warm-up run each, and each one's final mean episode return (from the warm-up)."""
+
+    def runner(program: jf.Program) -> Callable[[], float]:
+        def run() -> float:
+            history = program.run(jax.random.PRNGKey(0))
+            jax.block_until_ready(history.state)
+            return float(np.nanmean(history.final["episode_return"]))
+
+        return run
+
+    runs = {name: runner(program) for name, program in programs.items()}
+    returns = {name: run() for name, run in runs.items()}
+    return alternate(runs, repeats), returns
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)

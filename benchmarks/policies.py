@@ -12,8 +12,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-import jax
-from overhead import alternate
+from overhead import compare_programs
 
 import jaxrl_frag as jf
 from jaxrl_frag.sharding import DataParallel, SingleDevice
@@ -27,18 +26,7 @@ def main() -> None:
     args = parser.parse_args()
     algo = jf.recipes.PPO.create("CartPole-v1", num_envs=args.num_envs, total_steps=int(args.total_steps))
     programs = {"single": jf.compile(algo, SingleDevice()), "data-parallel(1)": jf.compile(algo, DataParallel(1))}
-
-    def runner(program: jf.Program):
-        def run() -> float:
-            history = program.run(jax.random.PRNGKey(0))
-            jax.block_until_ready(history.state)
-            return history.final["episode_return"]
-
-        return run
-
-    runs = {name: runner(p) for name, p in programs.items()}
-    returns = {name: run() for name, run in runs.items()}
-    seconds = alternate(runs, args.repeats)
+    seconds, returns = compare_programs(programs, args.repeats)
     single, dp = statistics.median(seconds["single"]), statistics.median(seconds["data-parallel(1)"])
     pairs = statistics.median(b / a for a, b in zip(seconds["single"], seconds["data-parallel(1)"], strict=True))
     print(f"PPO CartPole-v1, {args.num_envs} envs, {int(args.total_steps):,} steps, {args.repeats} alternating runs")

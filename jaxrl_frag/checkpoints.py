@@ -134,12 +134,12 @@ def check_settings(every: int | None, keep: int, chunk_iterations: int | None = 
     check(keep > 0, "keep_checkpoints", keep, "must keep at least one checkpoint")
 
 
-def changed_settings(saved: dict[str, Any], now: dict[str, Any], ignore: Sequence[str] = ()) -> list[str]:
+def changed_settings(saved: dict[str, Any], now: dict[str, Any], ignore: Sequence[str] = ()) -> dict[str, str]:
     """The settings that differ between a saved configuration and ``now`` (compared as
-    JSON, so tuples equal lists), other than ``ignore``, as ``"name: old -> new"``."""
+    JSON, so tuples equal lists), other than ``ignore``: name -> ``"name: old -> new"``."""
     now = json.loads(json.dumps(now, default=str))
     names = sorted(k for k in (saved.keys() | now.keys()) - set(ignore) if saved.get(k) != now.get(k))
-    return [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in names]
+    return {k: f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in names}
 
 
 @jax.jit
@@ -160,9 +160,7 @@ def _as_uint32(x: jax.Array) -> jax.Array:
     x = jnp.asarray(x)
     if x.dtype == jnp.bool_:
         return x.astype(jnp.uint32)
-    if x.dtype.itemsize == 4:
-        return jax.lax.bitcast_convert_type(x, jnp.uint32)
-    if x.dtype.itemsize == 8:
+    if x.dtype.itemsize in (4, 8):  # an 8-byte value becomes two words on a new last axis
         return jax.lax.bitcast_convert_type(x, jnp.uint32)
     if x.dtype.itemsize == 2:
         return jax.lax.bitcast_convert_type(x, jnp.uint16).astype(jnp.uint32)

@@ -159,7 +159,10 @@ def _configure_runtime(argv: Sequence[str] | None) -> None:
         early.add_argument("--override", action="append", default=[])
         resume = early.parse_known_args(argv[1:])[0]
         if resume.run_dir is not None:
-            args.devices = _resume_settings(resume.run_dir, _parse_overrides(resume.override)).get("devices")
+            from jaxrl_frag.rundir import RunDir
+
+            saved = RunDir(resume.run_dir).read_config()["settings"]
+            args.devices = {**saved, **_parse_overrides(resume.override)}.get("devices")
     if args.devices is not None:
         check(args.devices > 0, "devices", args.devices, "must be a positive device count")
         import jax
@@ -249,8 +252,8 @@ def _train(args: argparse.Namespace) -> int:
     config = _resolved_config(args, algo)
     if args.resume:
         changed = changed_settings(run_dir.read_config(), config, _RUNTIME_KEYS)
-        safe = [c.split(":")[0] for c in changed if c.split(":")[0] in RESUMABLE_CHANGES]
-        check(not changed, "resume", ", ".join(changed),
+        safe = [name for name in changed if name in RESUMABLE_CHANGES]
+        check(not changed, "resume", ", ".join(changed.values()),
               f"these settings differ from the run in {run_dir.path}; resume it unchanged with "
               f"`jaxrl-frag resume {run_dir.path}`"
               + (f", changing only what may change with --override ({', '.join(f'{k}=...' for k in safe)})" if safe else "")
@@ -267,7 +270,7 @@ def _resume(args: argparse.Namespace) -> int:
     saved = run_dir.read_config()
     # the row and checkpoint intervals stay as they were, unless overridden, even where a
     # default derived from the run length would now give another value
-    settings = {**_resume_settings(run_dir.path, {}), "chunk_iterations": saved["chunk_iterations"],
+    settings = {**saved["settings"], "chunk_iterations": saved["chunk_iterations"],
                 "checkpoint_every": saved["checkpoint_every"], **overrides}
     train_args = build_parser().parse_args(["train", settings["recipe"], "--env", settings["env"]])
     vars(train_args).update(settings, resume=True, run_dir=run_dir.path, overwrite=False,
@@ -275,7 +278,7 @@ def _resume(args: argparse.Namespace) -> int:
     algo, members = _make_algorithm(train_args)
     config = _resolved_config(train_args, algo)
     changed = changed_settings(saved, config, (*_RUNTIME_KEYS, *overrides))
-    check(not changed, "config", ", ".join(changed),
+    check(not changed, "config", ", ".join(changed.values()),
           "the saved settings no longer build the same run (was the recipe's code changed?); start a new run")
     return _run(train_args, run_dir, algo, members, config)
 
@@ -296,20 +299,13 @@ def _parse_overrides(specs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _resume_settings(path: Path, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The settings ``train`` was given for the run in ``path``, with ``overrides``."""
-    from jaxrl_frag.rundir import RunDir
-
-    return {**RunDir(path).read_config()["settings"], **overrides}
-
-
 def _run(args: argparse.Namespace, run_dir: Any, algo: Any, members: list[tuple[dict[str, float], int]] | None,
          config: dict[str, Any]) -> int:
     """Compile, then train (from the newest checkpoint when resuming), writing the run directory."""
     import jax
 
     import jaxrl_frag as jf
-    from jaxrl_frag.checkpoints import Checkpoints
+    from jaxrl_frag.checkpoints import Checkpoint, Checkpoints
     from jaxrl_frag.distributed import is_main_process
     from jaxrl_frag.errors import NonFiniteError
 
@@ -331,7 +327,7 @@ def _run(args: argparse.Namespace, run_dir: Any, algo: Any, members: list[tuple[
         start = program.restore(checkpoints, allow_changes=RESUMABLE_CHANGES)
     elif args.resume:  # killed before its first checkpoint: from the start is the same run
         say(f"no checkpoint in {checkpoints.directory} yet: starting the run from iteration 0")
-    done = start.iteration if _is_checkpoint(start) else 0
+    done = start.iteration if isinstance(start, Checkpoint) else 0
     if done >= algo.num_iterations:
         checkpoints.close()
         check(done == algo.num_iterations, "total_steps", algo.num_iterations * algo.steps_per_iteration,
@@ -376,12 +372,6 @@ def _run(args: argparse.Namespace, run_dir: Any, algo: Any, members: list[tuple[
         print(f"wrote {run_dir.path / 'config.json'}, {run_dir.path / 'metrics.csv'}, {curve}, "
               f"{run_dir.path / 'tensorboard'}, {run_dir.checkpoints}")
     return 0
-
-
-def _is_checkpoint(start: Any) -> bool:
-    from jaxrl_frag.checkpoints import Checkpoint
-
-    return isinstance(start, Checkpoint)
 
 
 class _Reporter:

@@ -159,12 +159,6 @@ class Program:
         chunks_per_call, stopped = 1, False
         if checkpoints is not None:
             checkpoints.delete_after(done)  # steps past the start belong to a run that did not survive
-
-        def save() -> None:
-            if checkpoints is not None:
-                checkpoints.save(done, state, {**(meta or {}), "config": self.algorithm.config(),
-                                               "env_steps": done * per_step})
-
         while done < iterations and not stopped:
             # rows fall on multiples of chunk_iterations; a run resumed off that grid
             # (after a final partial chunk) first steps back onto it
@@ -191,9 +185,10 @@ class Program:
                 graph = FragmentGraph.from_jaxpr(self._trace_step())
                 raise NonFiniteError(done + 1 + (int(ran) - 1) % k, bad, graph.first_producer(bad))
             chunks_per_call = _same_on_all_processes(max(1, round(chunks * self.seconds_per_call / max(seconds, 1e-6))))
-            stopped = _on_any_process(stop is not None and stop()) and done < iterations
-            if (every is not None and done % every == 0) or done == iterations or stopped:
-                save()
+            stopped = stop is not None and _on_any_process(stop()) and done < iterations
+            if checkpoints is not None and ((every is not None and done % every == 0) or done == iterations or stopped):
+                checkpoints.save(done, state, {**(meta or {}), "config": self.algorithm.config(),
+                                               "env_steps": done * per_step})
         if checkpoints is not None:
             checkpoints.wait()
         return History(rows, state, done, bool(stopped))
@@ -216,7 +211,7 @@ class Program:
         check(checkpoint is not None, "checkpoint", str(manager.directory),
               f"holds no usable checkpoint (unusable ones are in {manager.damaged}); start the run afresh")
         changed = changed_settings(checkpoint.meta.get("config", {}), self.algorithm.config(), allow_changes)
-        check(not changed, "config", ", ".join(changed),
+        check(not changed, "config", ", ".join(changed.values()),
               "differs from the checkpoint's; resume with the saved settings or start a new run")
         return checkpoint
 
