@@ -32,7 +32,7 @@ _EXPORTS = {
     "flatten_batch": "jaxrl_frag.primitives",
     "minibatches": "jaxrl_frag.primitives",
     "standardize": "jaxrl_frag.primitives",
-    "Explanation": "jaxrl_frag.program",
+    "Explanation": "jaxrl_frag.explanation",
     "History": "jaxrl_frag.program",
     "Program": "jaxrl_frag.program",
     "compile": "jaxrl_frag.program",
@@ -54,7 +54,8 @@ if TYPE_CHECKING:
     from jaxrl_frag import envs, primitives, recipes, sharding, transforms  # noqa: F401
     from jaxrl_frag.algorithms import Algorithm, algorithm, hyperparameter, static_field  # noqa: F401
     from jaxrl_frag.errors import ConfigError  # noqa: F401
+    from jaxrl_frag.explanation import Explanation  # noqa: F401
     from jaxrl_frag.fragments import Fragment, fragment  # noqa: F401
     from jaxrl_frag.graph import FragmentGraph  # noqa: F401
     from jaxrl_frag.primitives import batch_moments, flatten_batch, minibatches, standardize  # noqa: F401
-    from jaxrl_frag.program import Explanation, History, Program, compile  # noqa: A004, F401
+    from jaxrl_frag.program import History, Program, compile  # noqa: A004, F401

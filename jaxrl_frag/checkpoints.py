@@ -12,6 +12,7 @@ it used.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import shutil
 import time
@@ -142,18 +143,24 @@ def changed_settings(saved: dict[str, Any], now: dict[str, Any], ignore: Sequenc
     return {k: f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in names}
 
 
-@jax.jit
-def _fingerprint(state: PyTree) -> jax.Array:
+@functools.partial(jax.jit, static_argnums=0)
+def _fingerprint(indices: tuple[int, ...], leaves: list[jax.Array]) -> jax.Array:
     total = jnp.uint32(0)
-    for i, leaf in enumerate(jax.tree.leaves(state)):
+    for i, leaf in zip(indices, leaves, strict=True):
         bits = _as_uint32(leaf)
         total = total + jnp.uint32(2 * i + 1) * jnp.sum(bits, dtype=jnp.uint32)
     return total
 
 
 def fingerprint(state: PyTree) -> int:
-    """A wrapping sum of the state's bits, leaf by leaf: the same for any sharding."""
-    return int(np.asarray(jax.device_get(_fingerprint(state))))
+    """A wrapping sum of the state's bits, leaf by leaf: the same for any sharding. Leaves
+    on different sets of devices (``ActorLearner``'s groups) are summed apart."""
+    groups: dict[frozenset[Any], list[int]] = {}
+    leaves = jax.tree.leaves(state)
+    for i, leaf in enumerate(leaves):
+        groups.setdefault(frozenset((getattr(leaf, "sharding", None) and leaf.sharding.device_set) or ()), []).append(i)
+    parts = [_fingerprint(tuple(ix), [leaves[i] for i in ix]) for ix in groups.values()]
+    return sum(int(np.asarray(p)) for p in jax.device_get(parts)) % 2**32
 
 
 def _as_uint32(x: jax.Array) -> jax.Array:

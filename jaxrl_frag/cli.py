@@ -2,7 +2,7 @@
 
     jaxrl-frag train ppo --env CartPole-v1 [--total-steps N] [--num-envs N] [--seed S] [--run-dir DIR]
     jaxrl-frag resume RUN_DIR [--override total_steps=N]
-    jaxrl-frag explain ppo --env CartPole-v1
+    jaxrl-frag explain ppo --env CartPole-v1 [--policy actor-learner --transfer-dtype bfloat16]
     jaxrl-frag envs
 
 Every recipe setting is a flag, generated from the recipe's dataclass. A wrong
@@ -29,10 +29,12 @@ import numpy as np
 from jaxrl_frag.errors import ConfigError, check
 
 USAGE_ERROR, NON_FINITE = 2, 3
-POLICIES = ("single", "data-parallel", "population")
+POLICIES = ("single", "data-parallel", "population", "actor-learner")
 # settings a resumed run may change: they decide how long it runs, where and how it
 # reports, not what it computes per iteration
 RESUMABLE_CHANGES = ("total_steps", "checkpoint_every", "keep_checkpoints", "chunk_iterations", "devices")
+# the actor-learner policy's settings
+_ACTOR_LEARNER = ("actor_devices", "learner_devices", "staleness", "transfer_dtype")
 # what config.json records beyond the settings, and is free to differ on resume
 _RUNTIME_KEYS = ("jax", "backend", "processes", "device_count", "settings")
 
@@ -83,6 +85,7 @@ def _recipe_overrides(args: argparse.Namespace, recipe: type) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     from jaxrl_frag.recipes import RECIPES
+    from jaxrl_frag.transforms.precision import TRANSFER_DTYPES
 
     parser = argparse.ArgumentParser(prog="jaxrl-frag", description="RL algorithms compiled whole into XLA programs.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -109,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--shuffle", choices=("local", "exact"), default="local",
                              help="data-parallel minibatch shuffling: local (no trajectory traffic) or exact "
                                   "(equals single-device; moves samples) (default local)")
+            sub.add_argument("--staleness", type=_int, default=1,
+                             help="actor-learner: updates the actors' parameters may lag the learner's; 0 runs "
+                                  "actors and learner in turn (equals single-device) (default 1)")
+            sub.add_argument("--transfer-dtype", choices=TRANSFER_DTYPES, default="float32",
+                             help="actor-learner: precision of trajectories and parameters crossing between the "
+                                  "device groups; the learner computes in float32 (default float32)")
             sub.add_argument("--chunk-iterations", type=_int, default=None,
                              help="iterations per row of metrics.csv (default: 50 rows per run)")
             sub.add_argument("--seeds", type=_int, default=1,
@@ -138,6 +147,10 @@ def _add_runtime_flags(parser: argparse.ArgumentParser, with_devices: bool = Tru
         parser.add_argument("--devices", type=_int, default=None,
                             help="devices per process for data-parallel (default all); on CPU, forces that many "
                                  "host devices")
+        parser.add_argument("--actor-devices", type=_int, default=1,
+                            help="actor-learner: devices of the actor group (default 1)")
+        parser.add_argument("--learner-devices", type=_int, default=1,
+                            help="actor-learner: devices of the learner group, after the actor's (default 1)")
     parser.add_argument("--coordinator", default=None, metavar="HOST:PORT",
                         help="multi-process run: address of process 0's coordinator (or $JAXRL_FRAG_COORDINATOR)")
     parser.add_argument("--num-processes", type=_int, default=None, help="multi-process run: number of processes")
@@ -152,6 +165,7 @@ def _configure_runtime(argv: Sequence[str] | None) -> None:
 
     early = argparse.ArgumentParser(add_help=False)
     _add_runtime_flags(early)
+    early.add_argument("--policy")
     args = early.parse_known_args(argv)[0]
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["resume"]:  # the saved device count, unless overridden
@@ -161,8 +175,11 @@ def _configure_runtime(argv: Sequence[str] | None) -> None:
         if resume.run_dir is not None:
             from jaxrl_frag.rundir import RunDir
 
-            saved = RunDir(resume.run_dir).read_config()["settings"]
-            args.devices = {**saved, **_parse_overrides(resume.override)}.get("devices")
+            saved = {**RunDir(resume.run_dir).read_config()["settings"], **_parse_overrides(resume.override)}
+            for name in ("devices", "policy", "actor_devices", "learner_devices"):
+                setattr(args, name, saved.get(name, getattr(args, name)))
+    if args.devices is None and args.policy == "actor-learner":
+        args.devices = args.actor_devices + args.learner_devices
     if args.devices is not None:
         check(args.devices > 0, "devices", args.devices, "must be a positive device count")
         import jax
@@ -179,10 +196,14 @@ def _configure_runtime(argv: Sequence[str] | None) -> None:
 def _make_policy(args: argparse.Namespace) -> Any:
     import jax
 
-    from jaxrl_frag.sharding import DataParallel, Population, SingleDevice
+    from jaxrl_frag.sharding import ActorLearner, DataParallel, Population, SingleDevice
 
     if args.policy == "single":
         return SingleDevice()
+    if args.policy == "actor-learner":
+        check(args.seeds == 1 and not args.sweep, "policy", args.policy,
+              "does not run populations (--seeds, --sweep) yet; use --policy population for those")
+        return ActorLearner(args.actor_devices, args.learner_devices, args.staleness, args.transfer_dtype, args.shuffle)
     devices = None if args.devices is None else args.devices * jax.process_count()
     if args.policy == "population":
         return Population(pop=devices, shuffle=args.shuffle)
@@ -218,7 +239,7 @@ def _enable_compilation_cache() -> None:
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """What ``train`` was given, by name: enough to build the same run again."""
-    keys = ("recipe", "env", "seed", "seeds", "sweep", "samples", "policy", "devices", "shuffle",
+    keys = ("recipe", "env", "seed", "seeds", "sweep", "samples", "policy", "devices", "shuffle", *_ACTOR_LEARNER,
             "chunk_iterations", "checkpoint_every", "keep_checkpoints")
     return {k: getattr(args, k) for k in keys} | _recipe_overrides(args, args.recipe_cls)
 
@@ -233,7 +254,8 @@ def _resolved_config(args: argparse.Namespace, algo: Any) -> dict[str, Any]:
     every = 10 * chunk if args.checkpoint_every is None else args.checkpoint_every
     check_settings(every, args.keep_checkpoints, chunk)
     return {"recipe": args.recipe, "seed": args.seed, "seeds": args.seeds, "sweep": args.sweep, "samples": args.samples,
-            "policy": args.policy, "devices": args.devices, "shuffle": args.shuffle, "chunk_iterations": chunk,
+            "policy": args.policy, "devices": args.devices, "shuffle": args.shuffle,
+            **{k: getattr(args, k) for k in _ACTOR_LEARNER}, "chunk_iterations": chunk,
             "checkpoint_every": every, "keep_checkpoints": args.keep_checkpoints, **algo.config()}
 
 

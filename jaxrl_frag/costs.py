@@ -48,3 +48,23 @@ def flops(jaxpr: Any) -> int:
             else:
                 total += sum(_size(v.aval) for v in eqn.outvars)
     return total
+
+
+def xla_cost(compiled: Any, of: str = "") -> dict[str, float]:
+    """XLA's own FLOPs and bytes accessed for a compiled program (``of`` names it)."""
+    analysis = compiled.cost_analysis() or {}
+    if isinstance(analysis, list):  # older jax: one dict per computation
+        analysis = analysis[0] if analysis else {}
+    where = f", {of}" if of else ""
+    return {f"XLA {k} (loop bodies once{where})": float(analysis[k]) for k in ("flops", "bytes accessed") if k in analysis}
+
+
+def xla_memory(compiled: Any, of: str = "") -> dict[str, int]:
+    """XLA's memory figures for a compiled program (``of`` names it)."""
+    mem = compiled.memory_analysis()
+    where = f" ({of})" if of else ""
+    return {} if mem is None else {
+        f"argument bytes{where}": mem.argument_size_in_bytes,
+        f"output bytes{where}": mem.output_size_in_bytes,
+        f"temporary bytes{where}": mem.temp_size_in_bytes,
+    }

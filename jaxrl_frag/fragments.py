@@ -56,7 +56,7 @@ class Fragment:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # one jit per lowering of the primitives: jit's trace cache must not hand a
         # single-device trace to a sharded program
-        rule = primitives.current()
+        rule = primitives.current().for_role(self.role)
         if rule not in self._jitted:
             signature = inspect.signature(self.fn)
 
@@ -67,7 +67,8 @@ class Fragment:
                 for name, axis in self.batched.items():
                     if name in bound.arguments:
                         bound.arguments[name] = rule.constrain_tree(bound.arguments[name], axis)
-                return self._constrain_results(rule, self.fn(*bound.args, **bound.kwargs))
+                with primitives.lowering(rule):
+                    return self._constrain_results(rule, self.fn(*bound.args, **bound.kwargs))
 
             body.__name__ = body.__qualname__ = self.node_name
             self._jitted[rule] = jax.jit(body)

@@ -45,7 +45,7 @@ def _nbytes(aval: Any) -> int:
     return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
 
 
-def _describe(aval: Any) -> str:
+def describe_aval(aval: Any) -> str:
     return f"{np.dtype(aval.dtype).name}[{','.join(map(str, aval.shape))}]"
 
 
@@ -114,10 +114,10 @@ class FragmentGraph:
                     edge.batch_axis = batch_axes.get((src, src_port))
                 if (key, var) not in seen:
                     seen.add((key, var))
-                    edge.leaves.append(_describe(var.aval))
+                    edge.leaves.append(describe_aval(var.aval))
                     edge.nbytes += _nbytes(var.aval)
 
-        for eqn, frag in _fragment_calls(jaxpr):
+        for eqn, frag in fragment_calls(jaxpr):
             if frag is None:  # glue: outputs come from wherever the inputs came from
                 origin = set().union(*(sources.get(v, set()) for v in eqn.invars if not isinstance(v, jcore.Literal)))
                 for v in eqn.outvars:
@@ -125,9 +125,8 @@ class FragmentGraph:
                 continue
             inner = eqn.params["jaxpr"].jaxpr
             arg_names = inner.debug_info.safe_arg_names(len(eqn.invars))
-            result_paths = inner.debug_info.safe_result_paths(len(eqn.outvars))
             arg_ports = [_port(n) if n else f"in{i}" for i, n in enumerate(arg_names)]
-            out_ports = [_output_port(frag, p, i) for i, p in enumerate(result_paths)]
+            out_ports = output_ports(eqn, frag)
             for v, port in zip(eqn.invars, arg_ports, strict=True):
                 connect(v, frag.node_name, port, frag.batch_axis(port))
             for v, port in zip(eqn.outvars, out_ports, strict=True):
@@ -196,15 +195,18 @@ def _merge_inputs(edges: list[Edge]) -> list[Edge]:
     return list(merged.values())
 
 
-def _output_port(frag: Fragment, path: str, position: int) -> str:
-    key = _result_key(path)
-    if key is not None:
-        return key
-    index = _result_index(path)
-    return frag.output_name(index if index is not None else position)
+def output_ports(eqn: Any, frag: Fragment) -> list[str]:
+    """The output name (``"traj"``, ``"params"``) of each result of fragment call ``eqn``."""
+    paths = eqn.params["jaxpr"].jaxpr.debug_info.safe_result_paths(len(eqn.outvars))
+    ports = []
+    for position, path in enumerate(paths):
+        key, index = _result_key(path), _result_index(path)
+        ports.append(key if key is not None else frag.output_name(index if index is not None else position))
+    return ports
 
 
-def _fragment_calls(jaxpr: Any) -> Iterator[tuple[Any, Fragment | None]]:
+def fragment_calls(jaxpr: Any) -> Iterator[tuple[Any, Fragment | None]]:
+    """Each equation of ``jaxpr`` with the fragment it calls, or ``None`` for glue."""
     for eqn in jaxpr.eqns:
         name = eqn.params.get("name") if eqn.primitive.name in ("jit", "pjit") else None
         yield eqn, (lookup(name) if isinstance(name, str) else None)

@@ -38,12 +38,19 @@ class Shared:
 @dataclasses.dataclass(frozen=True)
 class Lowering:
     """How the primitives lower: on one device (no mesh), or with the batch sharded
-    along ``axis`` of ``mesh`` and minibatches shuffled ``local``-ly or ``exact``-ly."""
+    along ``axis`` of ``mesh`` and minibatches shuffled ``local``-ly or ``exact``-ly.
+    ``roles`` gives the fragments of some roles a lowering of their own (their own
+    device group, under ``ActorLearner``)."""
 
     mesh: Mesh | None = None
     axis: str = "data"
     shuffle: str = "exact"
     population_axis: str | None = None  # the mesh axis that splits a population's members, if any
+    roles: tuple[tuple[str, Lowering], ...] = ()
+
+    def for_role(self, role: str) -> Lowering:
+        """The lowering of a fragment with ``role``."""
+        return dict(self.roles).get(role, self)
 
     @property
     def shards(self) -> int:

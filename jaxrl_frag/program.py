@@ -7,21 +7,23 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
-from jaxrl_frag import costs, primitives
+from jaxrl_frag import costs, tracing
 from jaxrl_frag import metrics as metrics_lib
 from jaxrl_frag.algorithms import Algorithm
 from jaxrl_frag.checkpoints import Checkpoint, Checkpoints, changed_settings, check_settings
-from jaxrl_frag.collectives import Collective, audit, totals
+from jaxrl_frag.collectives import audit
 from jaxrl_frag.errors import NonFiniteError, check
-from jaxrl_frag.graph import FragmentGraph, format_bytes
-from jaxrl_frag.sharding import Policy, SingleDevice
+from jaxrl_frag.explanation import Explanation
+from jaxrl_frag.graph import FragmentGraph
+from jaxrl_frag.pipeline import ActorLearnerExecutor
+from jaxrl_frag.sharding import ActorLearner, Policy, SingleDevice
 from jaxrl_frag.transforms import run_chunks
 
 PyTree = Any
@@ -47,31 +49,6 @@ class History:
         return self.rows[-1] if self.rows else {}
 
 
-@dataclasses.dataclass
-class Explanation:
-    """The fragment graph, the placement, the collectives and the cost of one iteration."""
-
-    graph: FragmentGraph
-    placement: str
-    collectives: list[Collective]
-    cost: dict[str, float]
-    memory: dict[str, int]
-    compile_seconds: dict[str, float]
-
-    def __str__(self) -> str:
-        lines = [f"placement: {self.placement}", str(self.graph), "collectives per iteration:"]
-        for kind, (count, nbytes) in totals(self.collectives).items():
-            lines.append(f"  {kind:<20} {count:>6} runs {format_bytes(nbytes):>11} in all")
-        lines += [f"    {format_bytes(c.nbytes):>10} x{c.times:<5} {c.shape[:90]}" for c in self.collectives[:6]]
-        if not self.collectives:
-            lines.append("  none")
-        lines.append("cost per iteration:")
-        lines += [f"  {k:<38} {v:.4g}" for k, v in self.cost.items()]
-        lines += [f"  {k:<38} {format_bytes(v)}" for k, v in self.memory.items()]
-        lines.append("compile seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in self.compile_seconds.items()))
-        return "\n".join(lines)
-
-
 class Program:
     """An algorithm compiled ahead of time under a policy.
 
@@ -92,35 +69,22 @@ class Program:
         self.chunk_iterations = chunk_iterations
         self.seconds_per_call = seconds_per_call
         self.check_finite = check_finite
-        key = jax.ShapeDtypeStruct((2,), jnp.uint32)
-        count = jax.ShapeDtypeStruct((), jnp.int32)
         t0 = time.perf_counter()
-        rule = policy.lowering()
-        self._step_fn = _traced_under(rule, _step)
-        self._state_shape = jax.eval_shape(_init, algorithm, key)
-        self._replicated, self._state_sharding = policy.shardings(self._state_shape, self._batch_axes)
-        rep, state = self._replicated, self._state_sharding
-        init = _traced_under(rule, _init)
-        call = _traced_under(rule, functools.partial(run_chunks, max_chunks=self.max_chunks_per_call,
-                                                     check_finite=check_finite))
-        self._init = jax.jit(init, in_shardings=(rep, rep), out_shardings=state).lower(algorithm, key).compile()
-        self._call = jax.jit(call, in_shardings=(rep, state, rep, rep), out_shardings=(state, rep, rep, rep),
-                             donate_argnums=(1,)).lower(algorithm, self._state_shape, count, count).compile()
+        build = ActorLearnerExecutor if isinstance(policy, ActorLearner) else SpmdExecutor
+        self._executor: Executor = build(algorithm, policy, self.max_chunks_per_call, check_finite)
         self.compile_seconds = time.perf_counter() - t0
-
-    def _trace_step(self) -> Any:
-        return jax.make_jaxpr(self._step_fn)(self.algorithm, self._state_shape)
-
-    def _batch_axes(self) -> dict[str, int]:
-        """The state fields that fragments declare environment-batched, with their axes."""
-        graph = FragmentGraph.from_jaxpr(self._trace_step())
-        return {e.src_port: e.batch_axis for e in graph.edges if e.src == "state" and e.batch_axis is not None}
 
     def init(self, key: jax.Array) -> PyTree:
         """The training state at iteration 0, placed by the policy."""
         if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
             key = jax.random.key_data(key)
-        return self._init(self.algorithm, np.asarray(key))  # host data: the same on every process
+        return self._executor.init(np.asarray(key))  # host data: the same on every process
+
+    def algorithm_state(self, state: PyTree) -> PyTree:
+        """The algorithm's own state (parameters, optimizer and environment states) within
+        a state of this program (``History.state``): the same object except under
+        ``ActorLearner``, whose state also holds what is in flight between its groups."""
+        return self._executor.algorithm_state(state)
 
     def run(
         self,
@@ -167,7 +131,7 @@ class Program:
             full = k == self.chunk_iterations
             chunks = max(1, min(chunks_per_call, (until - done) // k, self.max_chunks_per_call)) if full else 1
             start_time = time.perf_counter()
-            state, call_rows, ran, flags = self._call(self.algorithm, state, np.int32(chunks), np.int32(k))
+            state, call_rows, ran, flags = self._executor.call(state, chunks, k)
             call_rows, ran, flags = jax.device_get((call_rows, ran, flags))
             seconds = time.perf_counter() - start_time
             bad = sorted(name for name, ok in flags.items() if not ok)
@@ -182,7 +146,7 @@ class Program:
             if bad:
                 if checkpoints is not None:
                     checkpoints.wait()
-                graph = FragmentGraph.from_jaxpr(self._trace_step())
+                graph = FragmentGraph.from_jaxpr(self._executor.trace_step())
                 raise NonFiniteError(done + 1 + (int(ran) - 1) % k, bad, graph.first_producer(bad))
             chunks_per_call = _same_on_all_processes(max(1, round(chunks * self.seconds_per_call / max(seconds, 1e-6))))
             stopped = stop is not None and _on_any_process(stop()) and done < iterations
@@ -202,7 +166,7 @@ class Program:
             check(Path(path).is_dir(), "checkpoint", str(path), "is not a directory of checkpoints")
         manager = path if isinstance(path, Checkpoints) else Checkpoints(path)
         like = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                            self._state_shape, self._state_sharding)
+                            self._executor.state_shape, self._executor.state_sharding)
         try:
             checkpoint = manager.restore(like)
         finally:
@@ -216,28 +180,75 @@ class Program:
         return checkpoint
 
     def explain(self) -> Explanation:
-        """The fragment graph with bytes per iteration, and XLA's FLOPs, bytes accessed
-        and memory for one iteration (compiles the single step once more)."""
-        traced = self._trace_step()
-        graph = FragmentGraph.from_jaxpr(traced)
+        """The fragment graph with bytes per iteration, the collectives (and, between
+        device groups, the transfers) and XLA's FLOPs, bytes accessed and memory for one
+        iteration."""
+        return self._executor.explain({"program": self.compile_seconds})
+
+
+class Executor(Protocol):
+    """How a ``Program`` runs under its policy: compiled programs, the state's layout."""
+
+    state_shape: PyTree
+    state_sharding: PyTree
+
+    def init(self, key: np.ndarray) -> PyTree: ...
+
+    def call(self, state: PyTree, chunks: int, k: int) -> tuple[PyTree, dict[str, Any], Any, dict[str, Any]]:
+        """``chunks`` chunks of ``k`` iterations: the state, each metric's rows, the
+        iterations run and the finite flags of the last (as ``transforms.run_chunks``)."""
+        ...
+
+    def trace_step(self) -> Any: ...
+
+    def algorithm_state(self, state: PyTree) -> PyTree: ...
+
+    def explain(self, compile_seconds: dict[str, float]) -> Explanation: ...
+
+
+class SpmdExecutor:
+    """One program over the policy's whole mesh: ``run_chunks`` partitioned by ``jax.jit``
+    with the policy's shardings (``SingleDevice``, ``DataParallel``, ``Population``)."""
+
+    def __init__(self, algorithm: Algorithm, policy: Policy, max_chunks: int, check_finite: bool):
+        self.algorithm, self.policy = algorithm, policy
+        key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+        count = jax.ShapeDtypeStruct((), jnp.int32)
+        rule = policy.lowering()
+        self._step_fn = tracing.under(rule, tracing.step)
+        self.state_shape = jax.eval_shape(tracing.init, algorithm, key)
+        self._replicated, self.state_sharding = policy.shardings(
+            self.state_shape, lambda: tracing.batch_axes(self.trace_step()))
+        rep, state = self._replicated, self.state_sharding
+        call = tracing.under(rule, functools.partial(run_chunks, max_chunks=max_chunks, check_finite=check_finite))
+        self._init = jax.jit(tracing.under(rule, tracing.init), in_shardings=(rep, rep),
+                             out_shardings=state).lower(algorithm, key).compile()
+        self._call = jax.jit(call, in_shardings=(rep, state, rep, rep), out_shardings=(state, rep, rep, rep),
+                             donate_argnums=(1,)).lower(algorithm, self.state_shape, count, count).compile()
+
+    def init(self, key: np.ndarray) -> PyTree:
+        return self._init(self.algorithm, key)
+
+    def call(self, state: PyTree, chunks: int, k: int) -> tuple[PyTree, dict[str, Any], Any, dict[str, Any]]:
+        return self._call(self.algorithm, state, np.int32(chunks), np.int32(k))
+
+    def trace_step(self) -> Any:
+        return jax.make_jaxpr(self._step_fn)(self.algorithm, self.state_shape)
+
+    def algorithm_state(self, state: PyTree) -> PyTree:
+        return state
+
+    def explain(self, compile_seconds: dict[str, float]) -> Explanation:
+        """Compiles the single step once more, for XLA's per-iteration figures."""
+        traced = self.trace_step()
         t0 = time.perf_counter()
-        rep, state = self._replicated, self._state_sharding
+        rep, state = self._replicated, self.state_sharding
         step = jax.jit(self._step_fn, in_shardings=(rep, state), out_shardings=(state, rep))
-        step = step.lower(self.algorithm, self._state_shape).compile()
+        step = step.lower(self.algorithm, self.state_shape).compile()
         step_seconds = time.perf_counter() - t0
-        analysis = step.cost_analysis() or {}
-        if isinstance(analysis, list):  # older jax: one dict per computation
-            analysis = analysis[0] if analysis else {}
-        cost = {"flops": float(costs.flops(traced))}
-        cost |= {f"XLA {k} (loop bodies once)": float(analysis[k]) for k in ("flops", "bytes accessed") if k in analysis}
-        mem = step.memory_analysis()
-        memory = {} if mem is None else {
-            "argument bytes": mem.argument_size_in_bytes,
-            "output bytes": mem.output_size_in_bytes,
-            "temporary bytes": mem.temp_size_in_bytes,
-        }
-        return Explanation(graph, self.policy.describe(), audit(step.as_text()), cost, memory,
-                           {"program": self.compile_seconds, "single step": step_seconds})
+        return Explanation(FragmentGraph.from_jaxpr(traced), self.policy.describe(), audit(step.as_text()),
+                           {"flops": float(costs.flops(traced)), **costs.xla_cost(step)}, costs.xla_memory(step),
+                           {**compile_seconds, "single step": step_seconds})
 
 
 def compile(  # noqa: A001
@@ -264,27 +275,6 @@ def default_chunk_iterations(algorithm: Algorithm) -> int:
     for an algorithm that sets no run length."""
     total = algorithm.num_iterations
     return max(1, total // 50) if total else 10
-
-
-def _init(algorithm: Algorithm, key: jax.Array) -> PyTree:
-    return algorithm.init(key)
-
-
-def _step(algorithm: Algorithm, state: PyTree) -> tuple[PyTree, metrics_lib.Metrics]:
-    return algorithm.step(state)
-
-
-def _traced_under(rule: primitives.Lowering, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` tracing the primitives under ``rule``. A new function object each time,
-    so that jit's trace cache never serves a trace made under another rule."""
-
-    @functools.wraps(fn)  # keeps the argument names that the graph reads back
-    def traced(*args: Any) -> Any:
-        with primitives.lowering(rule):
-            return fn(*args)
-
-    traced.__name__ = getattr(fn, "__name__", "run_chunks").lstrip("_")
-    return traced
 
 
 def _same_on_all_processes(value: int) -> int:

@@ -40,3 +40,51 @@ def gae(
         backward, (jnp.zeros_like(last_value), last_value), (rewards, values, bootstrap, done), reverse=True
     )
     return advantages, advantages + values
+
+
+def vtrace(
+    log_rhos: jax.Array,
+    rewards: jax.Array,
+    values: jax.Array,
+    next_values: jax.Array,
+    discounts: jax.Array,
+    continues: jax.Array,
+    lam: jax.Array | float = 1.0,
+    rho_bar: jax.Array | float = 1.0,
+    c_bar: jax.Array | float = 1.0,
+) -> tuple[jax.Array, jax.Array]:
+    """V-trace value targets and policy-gradient advantages (Espeholt et al. 2018) for a
+    time-major ``[T, N]`` rollout taken by a behaviour policy mu, for a target policy pi.
+
+    ``log_rhos[t] = log pi(a_t|x_t) - log mu(a_t|x_t)``; ``values[t]`` is V(x_t) and
+    ``next_values[t]`` is V of the observation after step ``t`` (the episode's final one
+    where it ended); ``discounts[t]`` is gamma, or 0 where the episode terminated;
+    ``continues[t]`` is 0 where an episode ended (terminated or truncated), which cuts
+    the trace. With ``rho_t = min(rho_bar, pi/mu)`` and ``c_t = lam * min(c_bar, pi/mu)``:
+
+        v_s = V(x_s) + delta_s + discounts_s c_s continues_s (v_{s+1} - V(x_{s+1})),
+        delta_s = rho_s (r_s + discounts_s next_values_s - V(x_s)),
+        advantage_s = rho_s (r_s + discounts_s v'_{s+1} - V(x_s)),
+
+    where ``v'_{s+1}`` is ``v_{s+1}`` within the episode and ``next_values_s`` at its end
+    or after the last step. On-policy (``log_rhos = 0``, ``lam = rho_bar = c_bar = 1``)
+    ``v_s`` is the n-step bootstrapped return. Gradients do not flow through the results.
+    """
+    ratios = jnp.exp(log_rhos)
+    rhos = jnp.minimum(rho_bar, ratios)
+    cs = lam * jnp.minimum(c_bar, ratios)
+    deltas = rhos * (rewards + discounts * next_values - values)
+    carries = discounts * cs * continues
+
+    def backward(acc: jax.Array, x: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        delta, carry = x
+        acc = delta + carry * acc
+        return acc, acc
+
+    _, corrections = jax.lax.scan(backward, jnp.zeros_like(values[0]), (deltas, carries), reverse=True)
+    vs = values + corrections
+    # v_{s+1} = V(x_{s+1}) + correction_{s+1} = next_values_s + correction_{s+1} within an episode
+    later = jnp.concatenate([corrections[1:], jnp.zeros_like(corrections[:1])])
+    next_vs = next_values + continues * later
+    advantages = rhos * (rewards + discounts * next_vs - values)
+    return jax.lax.stop_gradient(vs), jax.lax.stop_gradient(advantages)

@@ -1,5 +1,5 @@
 """Distribution policies over device meshes."""
 
-from jaxrl_frag.sharding.policy import DataParallel, Policy, Population, Shared, SingleDevice, make_mesh
+from jaxrl_frag.sharding.policy import ActorLearner, DataParallel, Policy, Population, Shared, SingleDevice, make_mesh
 
-__all__ = ["DataParallel", "Policy", "Population", "Shared", "SingleDevice", "make_mesh"]
+__all__ = ["ActorLearner", "DataParallel", "Policy", "Population", "Shared", "SingleDevice", "make_mesh"]

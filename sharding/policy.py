@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -20,6 +20,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDev
 from jaxrl_frag import primitives
 from jaxrl_frag.errors import ConfigError, check
 from jaxrl_frag.primitives import Shared
+from jaxrl_frag.transforms.precision import check_dtype
 
 PyTree = Any
 BatchAxes = Mapping[str, int]  # state field -> axis that carries the environment batch
@@ -62,11 +63,11 @@ class SingleDevice(Policy):
         return f"SingleDevice: {device.platform}:{device.id}"
 
 
-def make_mesh(**axes: int | None) -> Mesh:
-    """A mesh over the first devices of all (global) devices, one named axis per keyword:
-    ``make_mesh(data=4)``, ``make_mesh(pop=2, data=2)``. One axis may be ``None``: it
-    takes every device the others leave."""
-    available = jax.devices()
+def make_mesh(devices: Sequence[jax.Device] | None = None, **axes: int | None) -> Mesh:
+    """A mesh over the first of ``devices`` (default: all global devices), one named
+    axis per keyword: ``make_mesh(data=4)``, ``make_mesh(pop=2, data=2)``. One axis may
+    be ``None``: it takes every device the others leave."""
+    available = list(jax.devices() if devices is None else devices)
     for name, size in axes.items():
         check(size is None or size > 0, "devices", size, f"the {name!r} axis needs a positive device count")
     fixed = int(np.prod([s for s in axes.values() if s is not None], dtype=np.int64))
@@ -161,6 +162,76 @@ class Population(Policy):
         pop, data = self.mesh.shape["pop"], self.mesh.shape["data"]
         return (f"Population: members split over {pop} devices (mesh axis 'pop'), each member's environment batch "
                 f"over {data} (mesh axis 'data'), {self.shuffle} minibatch shuffling")
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorLearner(Policy):
+    """MSRL's multi-actor / single-learner placement (Podracer's Sebulba): the actor
+    fragments run on ``actor_devices`` devices, every other fragment on a disjoint group
+    of ``learner_devices`` devices, each group data-parallel over its devices.
+
+    The step is cut at its fragment boundaries into two programs (``partition``),
+    compiled for the two groups and dispatched asynchronously on a fixed schedule.
+    Each iteration the actor's results (the trajectory) move to the learner group, and
+    the learner's parameters back to the actor group, as device-to-device copies, in
+    ``transfer_dtype`` (``float32``, ``bfloat16``, or ``int8`` with a per-tensor scale;
+    the receiver computes in float32). Narrowed are the parameters and the per-sample
+    vectors of the trajectory (observations); its per-sample scalars (log-probabilities,
+    values, rewards) stay float32: they are few bytes, and V-trace's importance ratios
+    lose the return when they are rounded (benchmarks/RESULTS.md). With ``staleness=k`` the actor acts with the
+    parameters of ``k`` updates before the learner's: ``k = 0`` runs the groups in
+    turn and equals ``SingleDevice`` (float tolerance, ``exact`` shuffling, float32
+    transfers); ``k >= 1`` overlaps acting and learning, the actor running one
+    iteration ahead, deterministic for a given seed. The learner's ``shuffle`` is as in
+    ``DataParallel``.
+    """
+
+    actor_devices: int = 1
+    learner_devices: int = 1
+    staleness: int = 1
+    transfer_dtype: str = "float32"
+    shuffle: str = "local"
+    actor: DataParallel = dataclasses.field(init=False)
+    learner: DataParallel = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        for name in ("actor_devices", "learner_devices"):
+            value = getattr(self, name)
+            check(isinstance(value, int) and value > 0, name, value, "must be a positive device count")
+        check(isinstance(self.staleness, int) and self.staleness >= 0, "staleness", self.staleness,
+              "must be 0 (synchronous) or a positive number of updates the actor may lag")
+        check_dtype(self.transfer_dtype)
+        check(jax.process_count() == 1, "policy", "ActorLearner",
+              "runs within one process for now; across hosts use DataParallel or Population")
+        devices = jax.devices()
+        wanted = self.actor_devices + self.learner_devices
+        check(wanted <= len(devices), "devices", wanted,
+              f"actor_devices + learner_devices must not exceed the {len(devices)} {devices[0].platform} device(s) "
+              "(on CPU the command line forces that many host devices)")
+        object.__setattr__(self, "actor", DataParallel(
+            mesh=make_mesh(devices[: self.actor_devices], data=self.actor_devices), shuffle=self.shuffle))
+        object.__setattr__(self, "learner", DataParallel(
+            mesh=make_mesh(devices[self.actor_devices: wanted], data=self.learner_devices), shuffle=self.shuffle))
+
+    def shardings(self, state: PyTree, batch_axes: Callable[[], BatchAxes]) -> tuple[Sharding, PyTree]:
+        """The learner group's placement; each group places its own fields (``pipeline``)."""
+        return self.learner.shardings(state, batch_axes)
+
+    def lowering(self) -> primitives.Lowering:
+        return dataclasses.replace(self.learner.lowering(), roles=(("actor", self.actor.lowering()),))
+
+    @property
+    def device_count(self) -> int:
+        return self.actor_devices + self.learner_devices
+
+    def describe(self) -> str:
+        def ids(group: DataParallel) -> str:
+            return ",".join(str(d.id) for d in group.mesh.devices.flat)
+
+        platform = self.actor.mesh.devices.flat[0].platform
+        return (f"ActorLearner: actor fragments on {self.actor_devices} {platform} device(s) [{ids(self.actor)}], "
+                f"learner fragments on {self.learner_devices} [{ids(self.learner)}], each group data-parallel; "
+                f"staleness {self.staleness}, transfers in {self.transfer_dtype}, {self.shuffle} minibatch shuffling")
 
 
 def _set_up_mesh(policy: DataParallel | Population, axes: dict[str, int | None]) -> None:

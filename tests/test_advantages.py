@@ -1,4 +1,5 @@
-"""GAE bootstraps from V(final observation) on truncation and from nothing on termination."""
+"""GAE bootstraps from V(final observation) on truncation and from nothing on termination;
+V-trace equals its defining sums, and n-step returns on-policy."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_frag.recipes.advantages import gae
+from jaxrl_frag.recipes.advantages import gae, vtrace
 
 GAMMA, LAM = 0.9, 0.8
 
@@ -51,3 +52,70 @@ def test_the_two_cases_differ_by_the_discounted_final_value() -> None:
     truncated, _ = one_env(terminated=False, truncated=True)
     terminated, _ = one_env(terminated=True, truncated=False)
     assert truncated[1] - terminated[1] == pytest.approx(GAMMA * 10.0)
+
+
+def vtrace_by_definition(log_rhos, rewards, values, next_values, discounts, continues, lam, rho_bar, c_bar):
+    """V-trace from its definition (Espeholt et al. 2018, eq. 1), one environment at a time:
+    v_s = V(x_s) + sum_t (prod_{i<t} discount_i c_i continue_i) delta_t, and the advantage
+    rho_s (r_s + discount_s v'_{s+1} - V(x_s)), v' the next target in the episode or the
+    next value at its end."""
+    steps, envs = rewards.shape
+    ratios = np.exp(log_rhos)
+    rho, c = np.minimum(rho_bar, ratios), lam * np.minimum(c_bar, ratios)
+    vs, adv = np.zeros_like(values), np.zeros_like(values)
+    for n in range(envs):
+        for s in range(steps):
+            total, weight = values[s, n], 1.0
+            for t in range(s, steps):
+                total += weight * rho[t, n] * (rewards[t, n] + discounts[t, n] * next_values[t, n] - values[t, n])
+                weight *= discounts[t, n] * c[t, n] * continues[t, n]
+            vs[s, n] = total
+        for s in range(steps):
+            following = vs[s + 1, n] if s + 1 < steps and continues[s, n] else next_values[s, n]
+            adv[s, n] = rho[s, n] * (rewards[s, n] + discounts[s, n] * following - values[s, n])
+    return vs, adv
+
+
+def random_rollout(seed: int, steps: int = 7, envs: int = 3) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    terminated = rng.random((steps, envs)) < 0.15
+    truncated = ~terminated & (rng.random((steps, envs)) < 0.15)
+    values = rng.normal(size=(steps, envs)).astype(np.float32)
+    last = rng.normal(size=(1, envs)).astype(np.float32)
+    final = rng.normal(size=(steps, envs)).astype(np.float32)  # V of the final observation where an episode ended
+    done = terminated | truncated
+    return dict(
+        log_rhos=rng.normal(scale=0.5, size=(steps, envs)).astype(np.float32),
+        rewards=rng.normal(size=(steps, envs)).astype(np.float32),
+        values=values,
+        next_values=np.where(done, final, np.concatenate([values[1:], last])),
+        discounts=(0.95 * ~terminated).astype(np.float32),
+        continues=(~done).astype(np.float32),
+    )
+
+
+@pytest.mark.parametrize("lam, rho_bar, c_bar", [(1.0, 1.0, 1.0), (0.9, 1.5, 0.8), (0.5, 0.7, 2.0)])
+def test_vtrace_equals_its_definition_off_policy(lam: float, rho_bar: float, c_bar: float) -> None:
+    for seed in range(3):
+        data = random_rollout(seed)
+        vs, adv = vtrace(*(jnp.asarray(data[k]) for k in data), lam=lam, rho_bar=rho_bar, c_bar=c_bar)
+        want_vs, want_adv = vtrace_by_definition(*data.values(), lam, rho_bar, c_bar)
+        np.testing.assert_allclose(vs, want_vs, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(adv, want_adv, rtol=1e-5, atol=1e-5)
+
+
+def test_vtrace_on_policy_is_the_n_step_return() -> None:
+    data = random_rollout(0)
+    steps, envs = data["rewards"].shape
+    data.update(log_rhos=np.zeros((steps, envs), np.float32), discounts=np.full((steps, envs), 0.95, np.float32),
+                continues=np.ones((steps, envs), np.float32))
+    data["next_values"] = np.concatenate([data["values"][1:], data["next_values"][-1:]])  # no episode ends
+    vs, adv = vtrace(*(jnp.asarray(data[k]) for k in data))
+    bootstrap = data["next_values"][-1]
+    for s in range(steps):
+        horizon = steps - s
+        n_step = sum(0.95**k * data["rewards"][s + k] for k in range(horizon)) + 0.95**horizon * bootstrap
+        np.testing.assert_allclose(vs[s], n_step, rtol=1e-5, atol=1e-5)
+        following = vs[s + 1] if s < steps - 1 else bootstrap
+        np.testing.assert_allclose(adv[s], data["rewards"][s] + 0.95 * following - data["values"][s],
+                                   rtol=1e-5, atol=1e-5)

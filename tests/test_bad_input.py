@@ -37,6 +37,10 @@ CASES = [
     ([*TRAIN, "--devices", "0"], ["devices=0", "positive"]),
     ([*TRAIN, "--policy", "data-parallel", "--devices", "3"], ["devices=3", "does not divide across 3 devices"]),
     ([*TRAIN, "--shuffle", "global"], ["--shuffle", "invalid choice: 'global'"]),
+    ([*TRAIN, "--policy", "actor-learner", "--staleness", "-1"], ["staleness=-1", "0 (synchronous)"]),
+    ([*TRAIN, "--policy", "actor-learner", "--actor-devices", "0"], ["actor_devices=0", "positive"]),
+    ([*TRAIN, "--policy", "actor-learner", "--transfer-dtype", "fp8"], ["--transfer-dtype", "invalid choice: 'fp8'"]),
+    ([*TRAIN, "--policy", "actor-learner", "--seeds", "2"], ["policy='actor-learner'", "populations"]),
     # seeds and sweeps
     ([*TRAIN, "--seeds", "0"], ["seeds=0", "positive"]),
     ([*TRAIN, "--sweep", "num_envs=4,8"], ["sweep='num_envs'", "static field", "separate runs"]),

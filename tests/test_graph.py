@@ -22,7 +22,7 @@ def test_ppo_graph_has_actor_and_learner_and_the_trajectory_between_them(cartpol
     assert [(n.role, n.name) for n in graph.nodes] == [("actor", "actor.rollout"), ("learner", "learner.learn")]
     (traj,) = [e for e in graph.edges_between("actor", "learner") if e.dst_port == "traj"]
     algo = cartpole_program.algorithm
-    state = cartpole_program._state_shape
+    state = jax.eval_shape(algo.init, jax.random.PRNGKey(0))
     expected, *_ = jax.eval_shape(algo.rollout, state.params, state.env_state, state.obs, state.key)
     assert traj.nbytes == nbytes(expected) == 128 * 4 * (4 * 4 + 4 + 4 * 4 + 2 * 1)
     assert traj.batch_axis == 1

@@ -31,7 +31,7 @@ def finite_flags(state: PyTree, metrics: metrics_lib.Metrics) -> Flags:
     zeros: dict[str, jax.Array] = {}
     for path, leaf in jax.tree_util.tree_leaves_with_path({"state": state, "metrics": metrics}):
         if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
-            name = ".".join(_key_name(k) for k in path[:2])
+            name = ".".join(field_name(k) for k in path[:2])
             # x * 0 is 0 for every finite x and NaN for NaN and infinities: a plain sum finds them
             # without overflowing, and fuses into the leaf's producer (few ops to compile)
             zeros[name] = zeros.get(name, 0.0) + jnp.sum(leaf * 0, dtype=jnp.float32)
@@ -95,7 +95,8 @@ def _all(flags: Flags) -> jax.Array:
     return jnp.stack(list(flags.values())).all() if flags else jnp.bool_(True)
 
 
-def _key_name(key: Any) -> str:
+def field_name(key: Any) -> str:
+    """The name in one step of a pytree path (a dataclass field, dict key or index)."""
     for attr in ("name", "key", "idx"):
         if hasattr(key, attr):
             return str(getattr(key, attr))

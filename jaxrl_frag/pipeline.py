@@ -1,0 +1,282 @@
+"""``ActorLearner`` execution: the step cut into an actor program and a learner program
+(``partition``), each compiled for its device group, run as a two-stage pipeline.
+
+Each iteration the actor program steps its environments and encodes what the
+learner needs (the trajectory); that moves to the learner group; the learner
+program updates the parameters and encodes those the actor reads; they move back.
+Moves are ``jax.device_put`` between the groups' shardings: device-to-device
+copies. Dispatch is asynchronous, so with staleness ``k >= 1``, where the actor
+runs one iteration ahead, the host enqueues the actor's iteration ``t + 1`` and
+the learner's iteration ``t`` back to back and both groups compute at once. The
+schedule is fixed, never first-come-first-served, so runs are reproducible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jaxrl_frag import costs, partition, tracing
+from jaxrl_frag import metrics as metrics_lib
+from jaxrl_frag.algorithms import Algorithm
+from jaxrl_frag.collectives import audit
+from jaxrl_frag.errors import check
+from jaxrl_frag.explanation import Explanation, Transfer
+from jaxrl_frag.graph import FragmentGraph, describe_aval
+from jaxrl_frag.sharding import ActorLearner
+from jaxrl_frag.transforms import precision
+from jaxrl_frag.transforms.chunking import field_name, finite_flags
+from jaxrl_frag.transforms.population import Population
+
+PyTree = Any
+_NEVER = np.iinfo(np.int32).max  # "no iteration went non-finite"
+
+
+@struct.dataclass
+class PipelineState:
+    """A run's state under ``ActorLearner``.
+
+    ``state`` is the algorithm's state, each field on the device group that owns it
+    (fields both groups keep, such as the random key, as the learner's copy);
+    ``actor_shared`` the actor's copies of those; ``lagged`` the parameters last sent
+    to the actor, encoded, oldest first (``max(staleness, 1)`` of them); with
+    staleness ``>= 1``, ``in_flight`` is the actor's output for the learner's next
+    iteration, already on the learner group.
+    """
+
+    state: PyTree
+    actor_shared: tuple[jax.Array, ...]
+    lagged: tuple[list[Any], ...]
+    in_flight: PyTree
+
+
+class ActorLearnerExecutor:
+    """Compiles and runs the actor and learner programs of ``algorithm`` under ``policy``."""
+
+    def __init__(self, algorithm: Algorithm, policy: ActorLearner, max_chunks: int, check_finite: bool):
+        del max_chunks  # the host drives every iteration
+        check(not isinstance(algorithm, Population), "policy", "ActorLearner",
+              "does not run populations yet; use the Population policy for those")
+        self.algorithm, self.policy, self.staleness = algorithm, policy, policy.staleness
+        dtype = policy.transfer_dtype
+        rule = policy.lowering()
+        actor_rule = rule.for_role(partition.ACTOR)
+        self._step_fn = tracing.under(rule, tracing.step)
+        key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+        shape = jax.eval_shape(tracing.init, algorithm, key)
+        self._shape = shape
+        traced = self.trace_step()
+        axes = tracing.batch_axes(traced)
+        with_paths, self._treedef = jax.tree_util.tree_flatten_with_path(shape)
+        fields = [field_name(path[0]) for path, _ in with_paths]
+        avals = [leaf for _, leaf in with_paths]
+        metric_shapes = jax.eval_shape(self._step_fn, algorithm, shape)[1]
+        split = partition.split_step(traced, len(jax.tree.leaves(algorithm)), fields, axes, sorted(metric_shapes))
+        self._split = split
+        self._shared = sorted(set(split.actor_held) & set(split.learner_held))
+
+        a_rep, a_tree = policy.actor.shardings(shape, lambda: axes)
+        l_rep, l_tree = policy.learner.shardings(shape, lambda: axes)
+        a_leaf, l_leaf = jax.tree.leaves(a_tree), jax.tree.leaves(l_tree)
+        a_held_sh = [a_leaf[i] for i in split.actor_held]
+        l_held_sh = [l_leaf[i] for i in split.learner_held]
+        lagged_avals = [avals[i] for i in split.lagged]
+        crossing_avals = [c.aval for c in split.crossing]
+
+        # per-sample scalars of the trajectory (log-probabilities, values, rewards) stay float32: few
+        # bytes, and the learner's importance ratios and targets are sensitive to them
+        crossing_dtypes = [dtype if _narrowable(c) else "float32" for c in split.crossing]
+        lagged_dtypes = [dtype] * len(split.lagged)
+
+        def encode(values: list[Any], dtypes: list[str]) -> list[Any]:
+            return [precision.encode(v, d) for v, d in zip(values, dtypes, strict=True)]
+
+        def encoded(shardings: list[Any], like: list[Any], dtypes: list[str], replicated: NamedSharding) -> list[Any]:
+            """The shardings of ``like`` once encoded: an int8 tensor's scale replicated."""
+            kinds = jax.eval_shape(lambda xs: encode(xs, dtypes), like)
+            return [precision.Int8(s, replicated) if isinstance(k, precision.Int8) else s
+                    for s, k in zip(shardings, kinds, strict=True)]
+
+        def crossing_shardings(group: Any, replicated: NamedSharding) -> list[Any]:
+            specs = [_batch_spec(c.aval.ndim, c.batch_axis) for c in split.crossing]
+            return encoded([NamedSharding(group.mesh, s) for s in specs], crossing_avals, crossing_dtypes, replicated)
+
+        lag_a_sh = encoded([a_leaf[i] for i in split.lagged], lagged_avals, lagged_dtypes, a_rep)
+        lag_l_sh = encoded([l_leaf[i] for i in split.lagged], lagged_avals, lagged_dtypes, l_rep)
+        flag_names = sorted(jax.eval_shape(finite_flags, shape, metric_shapes)) if check_finite else []
+
+        def actor_call(alg: Algorithm, held: list[Any], lagged: list[Any]) -> tuple[list[Any], tuple[Any, ...]]:
+            held, crossing, metrics = split.actor(jax.tree.leaves(alg), held, precision.decode(lagged, lagged_avals))
+            metrics = dict(zip(split.actor_metrics, metrics, strict=True))
+            flags = finite_flags(_by_field(fields, split.actor_held, held), metrics) if check_finite else {}
+            return held, (encode(crossing, crossing_dtypes), metrics, flags)
+
+        def learner_call(alg: Algorithm, held: list[Any], flight: tuple[Any, ...], totals: metrics_lib.Metrics,
+                         health: tuple[jax.Array, dict[str, jax.Array]]) -> tuple[Any, ...]:
+            crossing, actor_metrics, actor_flags = flight
+            held, metrics = split.learner(jax.tree.leaves(alg), held, precision.decode(crossing, crossing_avals))
+            metrics = dict(zip(split.learner_metrics, metrics, strict=True))
+            flags = finite_flags(_by_field(fields, split.learner_held, held), metrics) if check_finite else {}
+            iteration, first_bad = health
+            first_bad = {n: jnp.where(actor_flags.get(n, True) & flags.get(n, True), first_bad[n],
+                                      jnp.minimum(first_bad[n], iteration)) for n in first_bad}
+            lagged = encode([held[split.learner_held.index(i)] for i in split.lagged], lagged_dtypes)
+            totals = metrics_lib.accumulate(totals, {**actor_metrics, **metrics})
+            return held, lagged, totals, (iteration + 1, first_bad)
+
+        def actor_init(alg: Algorithm, key: jax.Array) -> list[Any]:
+            flat = jax.tree.leaves(tracing.under(actor_rule, tracing.init)(alg, key))
+            return [flat[i] for i in split.actor_held]
+
+        def learner_init(alg: Algorithm, key: jax.Array) -> tuple[list[Any], list[Any]]:
+            flat = jax.tree.leaves(tracing.under(rule, tracing.init)(alg, key))
+            return [flat[i] for i in split.learner_held], encode([flat[i] for i in split.lagged], lagged_dtypes)
+
+        a_held_avals = [avals[i] for i in split.actor_held]
+        l_held_avals = [avals[i] for i in split.learner_held]
+        lag_avals = jax.eval_shape(lambda xs: encode(xs, lagged_dtypes), lagged_avals)
+        flight_avals = jax.eval_shape(actor_call, algorithm, a_held_avals, lag_avals)[1]
+        flight_a_sh = (crossing_shardings(policy.actor, a_rep), a_rep, a_rep)
+        self._flight_sh = (crossing_shardings(policy.learner, l_rep), *(jax.tree.map(lambda _: l_rep, part)
+                                                                         for part in flight_avals[1:]))
+        self._zeros = jax.device_put({k: np.zeros(v.shape, np.float32) for k, v in metric_shapes.items()}, l_rep)
+        self._health = jax.device_put((np.int32(0), {n: np.int32(_NEVER) for n in flag_names}), l_rep)
+        self._lag_a_sh = lag_a_sh
+
+        self._actor = jax.jit(actor_call, in_shardings=(a_rep, a_held_sh, lag_a_sh),
+                              out_shardings=(a_held_sh, flight_a_sh), donate_argnums=(1,)
+                              ).lower(algorithm, a_held_avals, lag_avals).compile()
+        self._learner = jax.jit(learner_call, in_shardings=(l_rep, l_held_sh, self._flight_sh, l_rep, l_rep),
+                                out_shardings=(l_held_sh, lag_l_sh, l_rep, l_rep), donate_argnums=(1,)
+                                ).lower(algorithm, l_held_avals, flight_avals, self._zeros, self._health).compile()
+        self._actor_init = jax.jit(actor_init, in_shardings=(a_rep, a_rep), out_shardings=a_held_sh
+                                   ).lower(algorithm, key).compile()
+        self._learner_init = jax.jit(learner_init, in_shardings=(l_rep, l_rep), out_shardings=(l_held_sh, lag_l_sh)
+                                     ).lower(algorithm, key).compile()
+        self._alg_actor, self._alg_learner = jax.device_put(algorithm, a_rep), jax.device_put(algorithm, l_rep)
+
+        queue = max(self.staleness, 1)
+        owned = [a_leaf[i] if i in split.actor_held and i not in self._shared else l_leaf[i] for i in range(len(avals))]
+        self.state_shape = PipelineState(shape, tuple(avals[i] for i in self._shared), (lag_avals,) * queue,
+                                         flight_avals if self.staleness else ())
+        self.state_sharding = PipelineState(self._treedef.unflatten(owned), tuple(a_leaf[i] for i in self._shared),
+                                            (lag_a_sh,) * queue, self._flight_sh if self.staleness else ())
+        self._transfers = _transfers(
+            "actor -> learner", [(c.name, c.aval, _narrowable(c)) for c in split.crossing]
+        ) + _transfers("learner -> actor", [(f"state.{fields[i]}", avals[i], True) for i in split.lagged])
+
+    def trace_step(self) -> Any:
+        return jax.make_jaxpr(self._step_fn)(self.algorithm, self._shape)
+
+    def _to_learner(self, flight: Any) -> Any:
+        return jax.device_put(flight, self._flight_sh)
+
+    def _to_actor(self, lagged: list[Any]) -> list[Any]:
+        return jax.device_put(lagged, self._lag_a_sh)
+
+    def init(self, key: np.ndarray) -> PipelineState:
+        """The algorithm's initial state on both groups; with staleness ``>= 1`` the actor's
+        first iteration already run (with the initial parameters) and in flight."""
+        actor = self._actor_init(self._alg_actor, key)
+        learner, lagged = self._learner_init(self._alg_learner, key)
+        queue = (self._to_actor(lagged),) * max(self.staleness, 1)
+        in_flight: Any = ()
+        if self.staleness:
+            actor, out = self._actor(self._alg_actor, actor, queue[0])
+            in_flight = self._to_learner(out)
+        return self._pack(actor, learner, queue, in_flight)
+
+    def call(self, state: PipelineState, chunks: int, k: int) -> tuple[PipelineState, dict[str, Any], int,
+                                                                         dict[str, bool]]:
+        actor, learner = self._unpack(state)
+        queue, flight, health = state.lagged, state.in_flight, self._health
+        totals = []
+        for _ in range(chunks):
+            total = self._zeros
+            for _ in range(k):
+                actor, out = self._actor(self._alg_actor, actor, queue[0])
+                if not self.staleness:  # the learner waits for this iteration's trajectory
+                    flight = self._to_learner(out)
+                learner, lagged, total, health = self._learner(self._alg_learner, learner, flight, total, health)
+                if self.staleness:  # the actor ran one iteration ahead: its output is the learner's next
+                    flight = self._to_learner(out)
+                queue = (*queue[1:], self._to_actor(lagged))
+            totals.append(total)
+        totals, (_, first_bad) = jax.device_get((totals, health))
+        rows = {name: np.stack([metrics_lib.reduce(t, np.float32(k))[name] for t in totals]) for name in totals[0]}
+        first = min(first_bad.values(), default=_NEVER)
+        if first == _NEVER:
+            return self._pack(actor, learner, queue, flight), rows, chunks * k, {n: True for n in first_bad}
+        return (self._pack(actor, learner, queue, flight), rows, int(first) + 1,
+                {n: bool(v != first) for n, v in first_bad.items()})
+
+    def _pack(self, actor: Sequence[Any], learner: Sequence[Any], queue: tuple[Any, ...], flight: Any) -> PipelineState:
+        flat: list[Any] = [None] * self._treedef.num_leaves
+        for i, value in zip(self._split.learner_held, learner, strict=True):
+            flat[i] = value
+        shared = []
+        for i, value in zip(self._split.actor_held, actor, strict=True):
+            if i in self._shared:
+                shared.append(value)
+            else:
+                flat[i] = value
+        return PipelineState(self._treedef.unflatten(flat), tuple(shared), tuple(queue), flight)
+
+    def _unpack(self, state: PipelineState) -> tuple[list[Any], list[Any]]:
+        flat = self._treedef.flatten_up_to(state.state)
+        shared = dict(zip(self._shared, state.actor_shared, strict=True))
+        return ([shared.get(i, flat[i]) for i in self._split.actor_held], [flat[i] for i in self._split.learner_held])
+
+    def algorithm_state(self, state: PipelineState) -> PyTree:
+        return state.state
+
+    def explain(self, compile_seconds: dict[str, float]) -> Explanation:
+        traced = self.trace_step()
+        programs = {"actor program": self._actor, "learner program": self._learner}
+        cost: dict[str, float] = {"flops": float(costs.flops(traced))}
+        memory: dict[str, int] = {}
+        for name, program in programs.items():
+            cost |= costs.xla_cost(program, name)
+            memory |= costs.xla_memory(program, name)
+        collectives = [c for program in programs.values() for c in audit(program.as_text())]
+        return Explanation(FragmentGraph.from_jaxpr(traced), self.policy.describe(), collectives, cost, memory,
+                           compile_seconds, self._transfers, self.policy.transfer_dtype)
+
+
+def _batch_spec(ndim: int, axis: int | None) -> PartitionSpec:
+    parts: list[str | None] = [None] * ndim
+    if axis is not None and axis < ndim:
+        parts[axis] = "data"
+    return PartitionSpec(*parts)
+
+
+def _by_field(fields: Sequence[str], indices: Sequence[int], values: Sequence[Any]) -> dict[str, list[Any]]:
+    """Leaves grouped by their state field, for ``finite_flags``."""
+    out: dict[str, list[Any]] = {}
+    for i, value in zip(indices, values, strict=True):
+        out.setdefault(fields[i], []).append(value)
+    return out
+
+
+def _narrowable(crossing: partition.Crossing) -> bool:
+    """Whether a crossing value is narrowed in transfer: per-sample vectors (observations)
+    and replicated values are; per-sample scalars (``[T, N]``, batch axis last) are not."""
+    return crossing.batch_axis is None or crossing.aval.ndim > crossing.batch_axis + 1
+
+
+def _transfers(direction: str, values: list[tuple[str, Any, bool]]) -> list[Transfer]:
+    """One ``Transfer`` per name, its leaves' bytes summed for each precision (leaves not
+    narrowed stay float32)."""
+    grouped: dict[str, list[tuple[Any, bool]]] = {}
+    for name, aval, narrowed in values:
+        grouped.setdefault(name, []).append((aval, narrowed))
+    return [Transfer(direction, name, tuple(describe_aval(a) for a, _ in leaves),
+                     {d: sum(precision.encoded_bytes(a, d if n else "float32") for a, n in leaves)
+                      for d in precision.TRANSFER_DTYPES})
+            for name, leaves in grouped.items()]

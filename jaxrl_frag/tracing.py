@@ -1,0 +1,44 @@
+"""Tracing an algorithm's init and step under a policy's lowering of the primitives."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from jaxrl_frag import primitives
+from jaxrl_frag.algorithms import Algorithm
+from jaxrl_frag.graph import FragmentGraph
+from jaxrl_frag.metrics import Metrics
+
+PyTree = Any
+
+
+def init(algorithm: Algorithm, key: jax.Array) -> PyTree:
+    return algorithm.init(key)
+
+
+def step(algorithm: Algorithm, state: PyTree) -> tuple[PyTree, Metrics]:
+    return algorithm.step(state)
+
+
+def under(rule: primitives.Lowering, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` tracing the primitives under ``rule``. A new function object each time,
+    so that jit's trace cache never serves a trace made under another rule."""
+
+    @functools.wraps(fn)  # keeps the argument names that the graph reads back
+    def traced(*args: Any) -> Any:
+        with primitives.lowering(rule):
+            return fn(*args)
+
+    traced.__name__ = getattr(fn, "__name__", "run_chunks")
+    return traced
+
+
+def batch_axes(traced_step: Any) -> dict[str, int]:
+    """The state fields that fragments declare environment-batched, with their axes,
+    from the jaxpr of a step."""
+    graph = FragmentGraph.from_jaxpr(traced_step)
+    return {e.src_port: e.batch_axis for e in graph.edges if e.src == "state" and e.batch_axis is not None}
