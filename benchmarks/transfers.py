@@ -28,9 +28,9 @@ from jaxrl_frag.transforms.precision import TRANSFER_DTYPES
 
 
 def crossing_bytes(state: PipelineState) -> int:
-    """Bytes of one iteration's trajectory (in flight) and parameter copy (newest lagged)."""
-    trajectory, _, _ = state.in_flight
-    return sum(x.nbytes for x in jax.tree.leaves((trajectory, state.lagged[-1])))
+    """Bytes of one iteration's crossings: the packed trajectory and actor metrics in
+    flight, and the newest parameter copy."""
+    return sum(x.nbytes for x in jax.tree.leaves((state.in_flight, state.lagged[-1])))
 
 
 def main() -> None:

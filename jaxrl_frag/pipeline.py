@@ -13,6 +13,7 @@ schedule is fixed, never first-come-first-served, so runs are reproducible.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,12 +30,15 @@ from jaxrl_frag.collectives import audit
 from jaxrl_frag.errors import check
 from jaxrl_frag.explanation import Explanation, Transfer
 from jaxrl_frag.graph import FragmentGraph, describe_aval
-from jaxrl_frag.sharding import ActorLearner
-from jaxrl_frag.transforms import precision
+from jaxrl_frag.metrics import Metrics
+from jaxrl_frag.sharding import ActorLearner, DataParallel
+from jaxrl_frag.transforms import packing, precision
 from jaxrl_frag.transforms.chunking import field_name, finite_flags
 from jaxrl_frag.transforms.population import Population
 
 PyTree = Any
+Buffers = tuple[jax.Array, ...]  # a channel's packed bytes: (batched, replicated), either one only if empty
+Flags = dict[str, jax.Array]
 _NEVER = np.iinfo(np.int32).max  # "no iteration went non-finite"
 
 
@@ -45,15 +49,16 @@ class PipelineState:
     ``state`` is the algorithm's state, each field on the device group that owns it
     (fields both groups keep, such as the random key, as the learner's copy);
     ``actor_shared`` the actor's copies of those; ``lagged`` the parameters last sent
-    to the actor, encoded, oldest first (``max(staleness, 1)`` of them); with
-    staleness ``>= 1``, ``in_flight`` is the actor's output for the learner's next
-    iteration, already on the learner group.
+    to the actor, oldest first (``max(staleness, 1)`` of them); with staleness
+    ``>= 1``, ``in_flight`` is the actor's output for the learner's next iteration (its
+    trajectory, metrics and finite flags), already on the learner group. What crossed
+    stays as it crossed: encoded and packed into ``(batched, replicated)`` byte buffers.
     """
 
     state: PyTree
     actor_shared: tuple[jax.Array, ...]
-    lagged: tuple[list[Any], ...]
-    in_flight: PyTree
+    lagged: tuple[Buffers, ...]
+    in_flight: Buffers | tuple[()]
 
 
 class ActorLearnerExecutor:
@@ -87,98 +92,85 @@ class ActorLearnerExecutor:
         a_held_sh = [a_leaf[i] for i in split.actor_held]
         l_held_sh = [l_leaf[i] for i in split.learner_held]
         lagged_avals = [avals[i] for i in split.lagged]
-        crossing_avals = [c.aval for c in split.crossing]
-
-        # per-sample scalars of the trajectory (log-probabilities, values, rewards) stay float32: few
-        # bytes, and the learner's importance ratios and targets are sensitive to them
-        crossing_dtypes = [dtype if _narrowable(c) else "float32" for c in split.crossing]
-        lagged_dtypes = [dtype] * len(split.lagged)
-
-        def encode(values: list[Any], dtypes: list[str]) -> list[Any]:
-            return [precision.encode(v, d) for v, d in zip(values, dtypes, strict=True)]
-
-        def encoded(shardings: list[Any], like: list[Any], dtypes: list[str], replicated: NamedSharding) -> list[Any]:
-            """The shardings of ``like`` once encoded: an int8 tensor's scale replicated."""
-            kinds = jax.eval_shape(lambda xs: encode(xs, dtypes), like)
-            return [precision.Int8(s, replicated) if isinstance(k, precision.Int8) else s
-                    for s, k in zip(shardings, kinds, strict=True)]
-
-        def crossing_shardings(group: Any, replicated: NamedSharding) -> list[Any]:
-            specs = [_batch_spec(c.aval.ndim, c.batch_axis) for c in split.crossing]
-            return encoded([NamedSharding(group.mesh, s) for s in specs], crossing_avals, crossing_dtypes, replicated)
-
-        lag_a_sh = encoded([a_leaf[i] for i in split.lagged], lagged_avals, lagged_dtypes, a_rep)
-        lag_l_sh = encoded([l_leaf[i] for i in split.lagged], lagged_avals, lagged_dtypes, l_rep)
         flag_names = sorted(jax.eval_shape(finite_flags, shape, metric_shapes)) if check_finite else []
 
-        def actor_call(alg: Algorithm, held: list[Any], lagged: list[Any]) -> tuple[list[Any], tuple[Any, ...]]:
-            held, crossing, metrics = split.actor(jax.tree.leaves(alg), held, precision.decode(lagged, lagged_avals))
+        def act(alg: Algorithm, held: list[Any], lagged: list[Any]) -> tuple[list[Any], list[Any], Metrics, Flags]:
+            held, crossing, metrics = split.actor(jax.tree.leaves(alg), held, lagged)
             metrics = dict(zip(split.actor_metrics, metrics, strict=True))
             flags = finite_flags(_by_field(fields, split.actor_held, held), metrics) if check_finite else {}
-            return held, (encode(crossing, crossing_dtypes), metrics, flags)
+            return held, crossing, metrics, flags
 
-        def learner_call(alg: Algorithm, held: list[Any], flight: tuple[Any, ...], totals: metrics_lib.Metrics,
-                         health: tuple[jax.Array, dict[str, jax.Array]]) -> tuple[Any, ...]:
-            crossing, actor_metrics, actor_flags = flight
-            held, metrics = split.learner(jax.tree.leaves(alg), held, precision.decode(crossing, crossing_avals))
-            metrics = dict(zip(split.learner_metrics, metrics, strict=True))
+        a_held_avals = [avals[i] for i in split.actor_held]
+        l_held_avals = [avals[i] for i in split.learner_held]
+        _, _, actor_metrics, actor_flags = jax.eval_shape(act, algorithm, a_held_avals, lagged_avals)
+        # per-sample scalars of the trajectory (log-probabilities, values, rewards) stay float32: few
+        # bytes, and the learner's importance ratios and targets are sensitive to them
+        flight = _Channel(
+            [*(c.aval for c in split.crossing), *actor_metrics.values(), *actor_flags.values()],
+            [dtype if _narrowable(c) else "float32" for c in split.crossing] + ["float32"] * (
+                len(actor_metrics) + len(actor_flags)),
+            [_batch_axis(c) for c in split.crossing] + [None] * (len(actor_metrics) + len(actor_flags)))
+        lagged = _Channel(lagged_avals, [dtype] * len(lagged_avals), [None] * len(lagged_avals))
+
+        def actor_call(alg: Algorithm, held: list[Any], parameters: Buffers) -> tuple[list[Any], Buffers]:
+            held, crossing, metrics, flags = act(alg, held, lagged.receive(parameters))
+            return held, flight.send([*crossing, *metrics.values(), *flags.values()])
+
+        def learner_call(alg: Algorithm, held: list[Any], trajectory: Buffers, totals: Metrics,
+                         health: tuple[jax.Array, Flags]) -> tuple[Any, ...]:
+            values = flight.receive(trajectory)
+            count, metric_count = len(split.crossing), len(actor_metrics)
+            held, metrics = split.learner(jax.tree.leaves(alg), held, values[:count])
+            metrics = {**dict(zip(actor_metrics, values[count: count + metric_count], strict=True)),
+                       **dict(zip(split.learner_metrics, metrics, strict=True))}
+            actor_ok = dict(zip(actor_flags, values[count + metric_count:], strict=True))
             flags = finite_flags(_by_field(fields, split.learner_held, held), metrics) if check_finite else {}
             iteration, first_bad = health
-            first_bad = {n: jnp.where(actor_flags.get(n, True) & flags.get(n, True), first_bad[n],
+            first_bad = {n: jnp.where(actor_ok.get(n, True) & flags.get(n, True), first_bad[n],
                                       jnp.minimum(first_bad[n], iteration)) for n in first_bad}
-            lagged = encode([held[split.learner_held.index(i)] for i in split.lagged], lagged_dtypes)
-            totals = metrics_lib.accumulate(totals, {**actor_metrics, **metrics})
-            return held, lagged, totals, (iteration + 1, first_bad)
+            parameters = lagged.send([held[split.learner_held.index(i)] for i in split.lagged])
+            return held, parameters, metrics_lib.accumulate(totals, metrics), (iteration + 1, first_bad)
 
         def actor_init(alg: Algorithm, key: jax.Array) -> list[Any]:
             flat = jax.tree.leaves(tracing.under(actor_rule, tracing.init)(alg, key))
             return [flat[i] for i in split.actor_held]
 
-        def learner_init(alg: Algorithm, key: jax.Array) -> tuple[list[Any], list[Any]]:
+        def learner_init(alg: Algorithm, key: jax.Array) -> tuple[list[Any], Buffers]:
             flat = jax.tree.leaves(tracing.under(rule, tracing.init)(alg, key))
-            return [flat[i] for i in split.learner_held], encode([flat[i] for i in split.lagged], lagged_dtypes)
+            return [flat[i] for i in split.learner_held], lagged.send([flat[i] for i in split.lagged])
 
-        a_held_avals = [avals[i] for i in split.actor_held]
-        l_held_avals = [avals[i] for i in split.learner_held]
-        lag_avals = jax.eval_shape(lambda xs: encode(xs, lagged_dtypes), lagged_avals)
-        flight_avals = jax.eval_shape(actor_call, algorithm, a_held_avals, lag_avals)[1]
-        flight_a_sh = (crossing_shardings(policy.actor, a_rep), a_rep, a_rep)
-        self._flight_sh = (crossing_shardings(policy.learner, l_rep), *(jax.tree.map(lambda _: l_rep, part)
-                                                                         for part in flight_avals[1:]))
+        flight_a, flight_l = flight.shardings(policy.actor, a_rep), flight.shardings(policy.learner, l_rep)
+        lagged_a, lagged_l = lagged.shardings(policy.actor, a_rep), lagged.shardings(policy.learner, l_rep)
+        self._to_learner = functools.partial(jax.device_put, device=flight_l)
+        self._to_actor = functools.partial(jax.device_put, device=lagged_a)
         self._zeros = jax.device_put({k: np.zeros(v.shape, np.float32) for k, v in metric_shapes.items()}, l_rep)
         self._health = jax.device_put((np.int32(0), {n: np.int32(_NEVER) for n in flag_names}), l_rep)
-        self._lag_a_sh = lag_a_sh
-
-        self._actor = jax.jit(actor_call, in_shardings=(a_rep, a_held_sh, lag_a_sh),
-                              out_shardings=(a_held_sh, flight_a_sh), donate_argnums=(1,)
-                              ).lower(algorithm, a_held_avals, lag_avals).compile()
-        self._learner = jax.jit(learner_call, in_shardings=(l_rep, l_held_sh, self._flight_sh, l_rep, l_rep),
-                                out_shardings=(l_held_sh, lag_l_sh, l_rep, l_rep), donate_argnums=(1,)
-                                ).lower(algorithm, l_held_avals, flight_avals, self._zeros, self._health).compile()
+        self._actor = jax.jit(actor_call, in_shardings=(a_rep, a_held_sh, lagged_a),
+                              out_shardings=(a_held_sh, flight_a), donate_argnums=(1,)
+                              ).lower(algorithm, a_held_avals, lagged.shapes()).compile()
+        self._learner = jax.jit(learner_call, in_shardings=(l_rep, l_held_sh, flight_l, l_rep, l_rep),
+                                out_shardings=(l_held_sh, lagged_l, l_rep, l_rep), donate_argnums=(1,)
+                                ).lower(algorithm, l_held_avals, flight.shapes(), self._zeros, self._health).compile()
         self._actor_init = jax.jit(actor_init, in_shardings=(a_rep, a_rep), out_shardings=a_held_sh
                                    ).lower(algorithm, key).compile()
-        self._learner_init = jax.jit(learner_init, in_shardings=(l_rep, l_rep), out_shardings=(l_held_sh, lag_l_sh)
+        self._learner_init = jax.jit(learner_init, in_shardings=(l_rep, l_rep), out_shardings=(l_held_sh, lagged_l)
                                      ).lower(algorithm, key).compile()
         self._alg_actor, self._alg_learner = jax.device_put(algorithm, a_rep), jax.device_put(algorithm, l_rep)
 
         queue = max(self.staleness, 1)
         owned = [a_leaf[i] if i in split.actor_held and i not in self._shared else l_leaf[i] for i in range(len(avals))]
-        self.state_shape = PipelineState(shape, tuple(avals[i] for i in self._shared), (lag_avals,) * queue,
-                                         flight_avals if self.staleness else ())
+        self.state_shape = PipelineState(shape, tuple(avals[i] for i in self._shared), (lagged.shapes(),) * queue,
+                                         flight.shapes() if self.staleness else ())
         self.state_sharding = PipelineState(self._treedef.unflatten(owned), tuple(a_leaf[i] for i in self._shared),
-                                            (lag_a_sh,) * queue, self._flight_sh if self.staleness else ())
-        self._transfers = _transfers(
-            "actor -> learner", [(c.name, c.aval, _narrowable(c)) for c in split.crossing]
-        ) + _transfers("learner -> actor", [(f"state.{fields[i]}", avals[i], True) for i in split.lagged])
+                                            (lagged_a,) * queue, flight_l if self.staleness else ())
+        self._transfers = (
+            _transfers("actor -> learner", [(c.name, c.aval, _narrowable(c)) for c in split.crossing])
+            + _transfers("actor -> learner", [("actor metrics, flags", v, False)
+                                              for v in (*actor_metrics.values(), *actor_flags.values())])
+            + _transfers("learner -> actor", [(f"state.{fields[i]}", avals[i], True) for i in split.lagged]))
 
     def trace_step(self) -> Any:
         return jax.make_jaxpr(self._step_fn)(self.algorithm, self._shape)
-
-    def _to_learner(self, flight: Any) -> Any:
-        return jax.device_put(flight, self._flight_sh)
-
-    def _to_actor(self, lagged: list[Any]) -> list[Any]:
-        return jax.device_put(lagged, self._lag_a_sh)
 
     def init(self, key: np.ndarray) -> PipelineState:
         """The algorithm's initial state on both groups; with staleness ``>= 1`` the actor's
@@ -249,11 +241,40 @@ class ActorLearnerExecutor:
                            compile_seconds, self._transfers, self.policy.transfer_dtype)
 
 
-def _batch_spec(ndim: int, axis: int | None) -> PartitionSpec:
-    parts: list[str | None] = [None] * ndim
-    if axis is not None and axis < ndim:
-        parts[axis] = "data"
-    return PartitionSpec(*parts)
+def _batch_axis(crossing: partition.Crossing) -> int | None:
+    axis = crossing.batch_axis
+    return axis if axis is not None and axis < crossing.aval.ndim else None
+
+
+class _Channel:
+    """Values that cross between the groups in one direction, once per iteration: each
+    encoded in its transfer dtype, then all packed into two buffers (``packing``);
+    ``receive`` unpacks and decodes them back to ``like``'s dtypes."""
+
+    def __init__(self, like: list[Any], dtypes: list[str], batch_axes: list[int | None]):
+        self.like, self.dtypes = like, dtypes
+        encoded = jax.eval_shape(self._encode, like)
+        leaves, self._treedef = jax.tree.flatten(encoded)
+        axes = [a for item, axis in zip(encoded, batch_axes, strict=True)
+                for a in ((axis, None) if isinstance(item, precision.Int8) else (axis,))]
+        self.layout = packing.Layout.of(leaves, axes)
+
+    def _encode(self, values: list[Any]) -> list[Any]:
+        return [precision.encode(v, d) for v, d in zip(values, self.dtypes, strict=True)]
+
+    def send(self, values: list[jax.Array]) -> Buffers:
+        return self.layout.pack(jax.tree.leaves(self._encode(values)))
+
+    def receive(self, buffers: Buffers) -> list[jax.Array]:
+        return precision.decode(self._treedef.unflatten(self.layout.unpack(buffers)), self.like)
+
+    def shapes(self) -> tuple[jax.ShapeDtypeStruct, ...]:
+        return jax.eval_shape(self.layout.pack, jax.tree.leaves(jax.eval_shape(self._encode, self.like)))
+
+    def shardings(self, group: DataParallel, replicated: NamedSharding) -> tuple[NamedSharding, ...]:
+        """The buffers on ``group``: the batched one split along its first axis."""
+        split = NamedSharding(group.mesh, PartitionSpec("data", None))
+        return ((split,) if self.layout.batched else ()) + ((replicated,) if self.layout.replicated else ())
 
 
 def _by_field(fields: Sequence[str], indices: Sequence[int], values: Sequence[Any]) -> dict[str, list[Any]]:

@@ -14,8 +14,9 @@ import pytest
 import jaxrl_frag as jf
 from jaxrl_frag import ConfigError
 from jaxrl_frag.checkpoints import Checkpoints
+from jaxrl_frag.errors import NonFiniteError
 from jaxrl_frag.sharding import ActorLearner, DataParallel, SingleDevice
-from jaxrl_frag.transforms import precision
+from jaxrl_frag.transforms import packing, precision
 
 SMALL = dict(num_envs=8, num_steps=32, total_steps=8 * 32 * 4)  # 4 iterations
 RECIPES = Path(__file__).parent.parent / "recipes"
@@ -92,8 +93,9 @@ def test_state_lives_on_the_two_groups(lagged_program: jf.Program) -> None:
     assert algo_state.obs.addressable_shards[0].data.shape == (4, 4)  # 8 environments over 2 actor devices
     assert all(x.sharding.device_set == learner for x in jax.tree.leaves(algo_state.params))
     assert all(x.sharding.device_set == actor for x in jax.tree.leaves(state.lagged))
-    trajectory, _, _ = state.in_flight
-    assert all(x.sharding.device_set == learner for x in jax.tree.leaves(trajectory))
+    batched, replicated = state.in_flight  # the trajectory and the actor's metrics, packed as bytes
+    assert batched.sharding.device_set == replicated.sharding.device_set == learner
+    assert batched.shape[0] == 8 and batched.addressable_shards[0].data.shape[0] == 4
 
 
 @pytest.mark.parametrize("recipe, steps, threshold", [("PPO", 500_000, 450), ("IMPALA", 1_000_000, 400)])
@@ -113,15 +115,14 @@ def test_explain_shows_groups_transfers_and_their_bytes_per_precision() -> None:
     assert re.search(r"actor -> learner\s+actor.rollout.traj", text) and "learner -> actor   state.params" in text
     names = {(t.direction, t.name) for t in explanation.transfers}
     assert names == {("actor -> learner", "actor.rollout.traj"), ("actor -> learner", "actor.rollout.obs"),
-                     ("learner -> actor", "state.params")}
+                     ("actor -> learner", "actor metrics, flags"), ("learner -> actor", "state.params")}
     f32, bf16, int8 = (explanation.transfer_bytes(d) for d in precision.TRANSFER_DTYPES)
     params = sum(x.size for x in jax.tree.leaves(jax.eval_shape(algo.init, jax.random.PRNGKey(0)).params))
     assert f32 >= 4 * (params + algo.batch_size * 4)  # at least the parameters and the observations
     assert 0.5 * f32 <= bf16 <= 0.6 * f32 and 0.25 * f32 <= int8 <= 0.4 * f32, (f32, bf16, int8)
     # the figures are the bytes of the arrays that actually cross
     state = program.init(jax.random.PRNGKey(0))
-    trajectory, _, _ = state.in_flight
-    assert sum(x.nbytes for x in jax.tree.leaves((trajectory, state.lagged[-1]))) == bf16
+    assert sum(x.nbytes for x in jax.tree.leaves((state.in_flight, state.lagged[-1]))) == bf16
     # the learner's gradient all-reduce is inside its group; nothing else is collective
     assert {c.kind for c in explanation.collectives} == {"all-reduce"}
 
@@ -178,3 +179,31 @@ def test_bad_settings_are_named(kwargs: dict, field: str) -> None:
     with pytest.raises(ConfigError) as err:
         ActorLearner(**kwargs)
     assert err.value.field == field
+
+
+def test_a_diverging_learner_stops_the_pipeline_naming_it() -> None:
+    algo = jf.recipes.PPO.create("CartPole-v1", lr=1e30, **SMALL)
+    single, split = (jf.compile(algo, policy, chunk_iterations=2) for policy in (SingleDevice(), ActorLearner(1, 1)))
+    errors = []
+    for program in (single, split):
+        with pytest.raises(NonFiniteError) as error:
+            program.run(jax.random.PRNGKey(0))
+        errors.append(error.value)
+    assert errors[1].fragment == "learner.learn" and "state.params" in errors[1].outputs
+    assert errors[1].iteration == errors[0].iteration
+
+
+def test_packing_round_trips_mixed_leaves_keeping_the_batch_split() -> None:
+    mesh = jf.sharding.make_mesh(data=4)
+    split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, "data"))
+    values = [jax.device_put(jnp.arange(3 * 8 * 2, dtype=jnp.float32).reshape(3, 8, 2), split),  # [T, N, F]
+              jnp.arange(8) % 3 == 0, jnp.arange(8, dtype=jnp.int8), jnp.ones((5,), jnp.bfloat16),
+              jnp.float32(2.5), precision.encode(jnp.linspace(-1, 1, 8), "int8").values]
+    layout = packing.Layout.of(values, [1, 0, 0, None, None, 0])
+    batched, replicated = jax.jit(layout.pack)(values)
+    assert batched.shape == (8, 3 * 2 * 4 + 1 + 1 + 1) and replicated.shape == (5 * 2 + 4,)
+    assert batched.sharding.spec[0] == "data"  # each device packs its own environments
+    assert layout.nbytes() == batched.nbytes + replicated.nbytes
+    for got, want in zip(jax.jit(layout.unpack)((batched, replicated)), values, strict=True):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
