@@ -17,10 +17,10 @@ import statistics
 
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
 
-from overhead import compare_programs  # noqa: E402
+from overhead import compare_programs
 
-import jaxrl_frag as jf  # noqa: E402
-from jaxrl_frag.sharding import ActorLearner, SingleDevice  # noqa: E402
+import jaxrl_frag as jf
+from jaxrl_frag.sharding import ActorLearner, SingleDevice
 
 
 def main() -> None:

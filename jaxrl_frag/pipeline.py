@@ -182,11 +182,11 @@ class ActorLearnerExecutor:
         if self.staleness:
             actor, out = self._actor(self._alg_actor, actor, queue[0])
             in_flight = self._to_learner(out)
-        return self._pack(actor, learner, queue, in_flight)
+        return self._pipeline_state(actor, learner, queue, in_flight)
 
     def call(self, state: PipelineState, chunks: int, k: int) -> tuple[PipelineState, dict[str, Any], int,
                                                                          dict[str, bool]]:
-        actor, learner = self._unpack(state)
+        actor, learner = self._held(state)
         queue, flight, health = state.lagged, state.in_flight, self._health
         totals = []
         for _ in range(chunks):
@@ -204,11 +204,13 @@ class ActorLearnerExecutor:
         rows = {name: np.stack([metrics_lib.reduce(t, np.float32(k))[name] for t in totals]) for name in totals[0]}
         first = min(first_bad.values(), default=_NEVER)
         if first == _NEVER:
-            return self._pack(actor, learner, queue, flight), rows, chunks * k, {n: True for n in first_bad}
-        return (self._pack(actor, learner, queue, flight), rows, int(first) + 1,
+            return self._pipeline_state(actor, learner, queue, flight), rows, chunks * k, {n: True for n in first_bad}
+        return (self._pipeline_state(actor, learner, queue, flight), rows, int(first) + 1,
                 {n: bool(v != first) for n, v in first_bad.items()})
 
-    def _pack(self, actor: Sequence[Any], learner: Sequence[Any], queue: tuple[Any, ...], flight: Any) -> PipelineState:
+    def _pipeline_state(self, actor: Sequence[Any], learner: Sequence[Any], queue: tuple[Buffers, ...],
+                        flight: Buffers | tuple[()]) -> PipelineState:
+        """The state from what each group holds and what is in flight."""
         flat: list[Any] = [None] * self._treedef.num_leaves
         for i, value in zip(self._split.learner_held, learner, strict=True):
             flat[i] = value
@@ -220,7 +222,8 @@ class ActorLearnerExecutor:
                 flat[i] = value
         return PipelineState(self._treedef.unflatten(flat), tuple(shared), tuple(queue), flight)
 
-    def _unpack(self, state: PipelineState) -> tuple[list[Any], list[Any]]:
+    def _held(self, state: PipelineState) -> tuple[list[Any], list[Any]]:
+        """What the actor group and the learner group hold, in their programs' order."""
         flat = self._treedef.flatten_up_to(state.state)
         shared = dict(zip(self._shared, state.actor_shared, strict=True))
         return ([shared.get(i, flat[i]) for i in self._split.actor_held], [flat[i] for i in self._split.learner_held])

@@ -129,7 +129,10 @@ def minibatches(key: jax.Array, batch: PyTree, num_minibatches: int) -> PyTree:
     minibatch takes an equal share from each device, so no sample crosses devices.
     """
     rule = current()
-    size = jax.tree.leaves(batch)[0].shape[0]
+    sizes = {x.shape[0] for x in jax.tree.leaves(batch)}
+    if len(sizes) != 1:
+        raise ValueError(f"minibatches: every leaf needs the same number of samples on axis 0, got {sorted(sizes)}")
+    (size,) = sizes
     shards = rule.shards if rule.shuffle == "local" else 1
     if size % shards:
         raise ConfigError("devices", shards, f"the batch of {size} samples does not divide across {shards} devices; "

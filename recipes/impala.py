@@ -39,7 +39,7 @@ class IMPALA(ActorCriticRecipe):
 
     num_envs: int = static_field(16, help="parallel environments")
     num_steps: int = static_field(32, help="environment steps per environment per iteration (trajectory length)")
-    num_minibatches: int = static_field(2, help="gradient steps per iteration, each on a share of the environments; "
+    num_minibatches: int = static_field(1, help="gradient steps per iteration, each on a share of the environments; "
                                                "must divide num_envs")
     total_steps: int = static_field(1_000_000, help="environment steps of the whole run")
     lr: float = hyperparameter(1e-3, help="Adam learning rate")
@@ -68,7 +68,7 @@ class IMPALA(ActorCriticRecipe):
         """One V-trace actor-critic update per minibatch of environments."""
         tx = self.optimizer()
         # environment-major, so that a minibatch holds whole trajectories
-        by_env = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), (traj, last_obs[:, None]))
+        by_env = (jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj), last_obs)
 
         def update(carry: tuple[PyTree, PyTree], minibatch: tuple[Transition, jax.Array]) -> tuple[Any, Metrics]:
             params, opt_state = carry
@@ -83,14 +83,15 @@ class IMPALA(ActorCriticRecipe):
 
     def loss(self, params: PyTree, traj: Transition, last_obs: jax.Array) -> tuple[jax.Array, Metrics]:
         """Policy-gradient loss with V-trace advantages + value regression to V-trace
-        targets - entropy bonus, on environment-major trajectories ``[n, T, ...]``."""
+        targets - entropy bonus, on environment-major trajectories ``[n, T, ...]`` and the
+        observations ``[n, ...]`` that follow them."""
         traj = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj)  # time-major [T, n, ...]
         steps, n = traj.reward.shape
         obs = traj.obs.reshape(steps * n, *traj.obs.shape[2:])
         dist, values = self.network.apply(params, obs)
         log_prob = dist.log_prob(traj.action.reshape(steps * n, *traj.action.shape[2:])).reshape(steps, n)
         values = values.reshape(steps, n)
-        last_value = self.network.apply(params, last_obs[:, 0], method=ActorCritic.value)
+        last_value = self.network.apply(params, last_obs, method=ActorCritic.value)
         done = traj.terminated | traj.truncated
         following = jnp.concatenate([values[1:], last_value[None]])
         # at an episode's end the next value is the final observation's, as the actor valued it

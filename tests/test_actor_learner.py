@@ -103,7 +103,8 @@ def test_learns_cartpole_with_one_step_lag(recipe: str, steps: int, threshold: f
     # random play scores about 22; the recipes reach 500 under SingleDevice
     algo = getattr(jf.recipes, recipe).create("CartPole-v1", total_steps=steps)
     history = jf.compile(algo, ActorLearner(1, 1, staleness=1), chunk_iterations=16).run(jax.random.PRNGKey(0))
-    assert history.final["episode_return"] >= threshold, history["episode_return"][-10:]
+    # the last five rows (a short last row may see no episode end)
+    assert np.nanmean(history["episode_return"][-5:]) >= threshold, history["episode_return"][-10:]
 
 
 def test_explain_shows_groups_transfers_and_their_bytes_per_precision() -> None:

@@ -126,3 +126,22 @@ def test_resume_trains_on_to_a_longer_total_with_default_intervals(tmp_path: Pat
     assert status == 0 and "is complete (12 iterations)" in out
     status, _, err = run_cli(capsys, "resume", str(run_dir), "--override", "total_steps=2048")
     assert status == 2 and "total_steps=2048" in err and "already taken" in err
+
+
+def test_actor_learner_trains_explains_and_resumes_from_the_command_line(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = tmp_path / "run"
+    flags = ["--policy", "actor-learner", "--actor-devices", "2", "--learner-devices", "2", "--transfer-dtype", "int8"]
+    status, out, err = run_cli(capsys, "train", "impala", "--env", "CartPole-v1", "--total-steps", "4096", *flags,
+                               "--run-dir", str(run_dir))  # 8 iterations of 16 x 32 steps
+    assert status == 0, err
+    assert "actor fragments on 2 cpu device(s) [0,1], learner fragments on 2 [2,3]" in out and "int8" in out
+    config = json.loads((run_dir / "config.json").read_text())
+    assert (config["policy"], config["staleness"], config["transfer_dtype"]) == ("actor-learner", 1, "int8")
+    status, _, err = run_cli(capsys, "resume", str(run_dir), "--override", "total_steps=6144")
+    assert status == 0, err
+    with open(run_dir / "metrics.csv") as f:
+        assert [float(r["iteration"]) for r in csv.DictReader(f)] == list(range(1, 13))
+    status, out, _ = run_cli(capsys, "explain", "impala", "--env", "CartPole-v1", *flags)
+    assert status == 0 and "transfers between device groups per iteration (this program: int8)" in out
+    assert "learner -> actor   state.params" in out
