@@ -126,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
                              help="sweep a hyperparameter over values, or draw it from uniform/loguniform "
                                   "(with --samples); repeatable; every setting runs with every seed")
             sub.add_argument("--samples", type=_int, default=None, help="random-search settings to draw")
+            if command is explain:
+                sub.add_argument("--draw", type=Path, default=None, metavar="FILE",
+                                 help="also draw the fragment graph: .png, .svg or .pdf (Graphviz's dot where it "
+                                      "exists, else matplotlib), .dot (Graphviz source) or .txt")
             if command is train:
                 sub.add_argument("--run-dir", type=Path, default=None,
                                  help="where config.json, metrics.csv and learning_curve.png go "
@@ -481,13 +485,20 @@ def _quiet(*_: Any, **__: Any) -> None:
 
 def _explain(args: argparse.Namespace) -> int:
     import jaxrl_frag as jf
+    from jaxrl_frag.drawing import check_path
+
+    if args.draw is not None:
+        check_path(args.draw)
 
     algo, _ = _make_algorithm(args)
     policy = _make_policy(args)
     _enable_compilation_cache()
     program = jf.compile(algo, policy, chunk_iterations=args.chunk_iterations)
     print(f"{args.recipe} on {args.env}: {algo.steps_per_iteration} environment steps per iteration")
-    print(program.explain())
+    explanation = program.explain()
+    print(explanation)
+    if args.draw is not None:
+        print(f"wrote {explanation.draw(args.draw)}")
     return 0
 
 

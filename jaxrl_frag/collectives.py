@@ -13,6 +13,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from jaxrl_frag.graph import format_bytes
+
 KINDS = ("all-reduce", "all-gather", "all-to-all", "collective-permute", "reduce-scatter")
 _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
                 "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
@@ -86,3 +88,9 @@ def audit(hlo: str) -> list[Collective]:
                 shape = re.sub(r"\{[\d,]*\}|/\*index=\d+\*/", "", m.group("shape"))
                 found.append(Collective(kind, shape, _nbytes(shape), times))
     return sorted(found, key=lambda c: -c.nbytes * c.times)
+
+
+def summary(collectives: list[Collective]) -> list[str]:
+    """One line per kind: how many run per iteration and the bytes they carry."""
+    return [f"{kind}: {count} per iteration, {format_bytes(nbytes)}"
+            for kind, (count, nbytes) in totals(collectives).items()] or ["no collectives"]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
+from jaxrl_frag import drawing
 from jaxrl_frag.collectives import Collective, totals
 from jaxrl_frag.graph import FragmentGraph, format_bytes
 from jaxrl_frag.transforms.precision import TRANSFER_DTYPES
@@ -23,7 +25,9 @@ class Transfer:
 @dataclasses.dataclass
 class Explanation:
     """The fragment graph, the placement, the collectives, the transfers between device
-    groups (``transfer_dtype`` the one this program uses) and the cost of one iteration."""
+    groups (``transfer_dtype`` the one this program uses) and the cost of one iteration.
+    Under a policy with several device groups, ``groups`` describes each (``"actor"``,
+    ``"learner"``): its devices and its program's collectives."""
 
     graph: FragmentGraph
     placement: str
@@ -33,6 +37,11 @@ class Explanation:
     compile_seconds: dict[str, float]
     transfers: list[Transfer] = dataclasses.field(default_factory=list)
     transfer_dtype: str = "float32"
+    groups: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def draw(self, path: str | Path) -> Path:
+        """The fragment graph as a picture (or DOT source, or text) at ``path``: see ``drawing``."""
+        return drawing.draw(self, path)
 
     def transfer_bytes(self, dtype: str | None = None) -> int:
         """Bytes moved between device groups per iteration in ``dtype`` (default: this program's)."""

@@ -26,7 +26,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxrl_frag import costs, partition, tracing
 from jaxrl_frag import metrics as metrics_lib
 from jaxrl_frag.algorithms import Algorithm
-from jaxrl_frag.collectives import audit
+from jaxrl_frag.collectives import audit, summary
 from jaxrl_frag.errors import check
 from jaxrl_frag.explanation import Explanation, Transfer
 from jaxrl_frag.graph import FragmentGraph, describe_aval
@@ -239,9 +239,16 @@ class ActorLearnerExecutor:
         for name, program in programs.items():
             cost |= costs.xla_cost(program, name)
             memory |= costs.xla_memory(program, name)
-        collectives = [c for program in programs.values() for c in audit(program.as_text())]
-        return Explanation(FragmentGraph.from_jaxpr(traced), self.policy.describe(), collectives, cost, memory,
-                           compile_seconds, self._transfers, self.policy.transfer_dtype)
+        audits = {name: audit(program.as_text()) for name, program in programs.items()}
+        groups = {}
+        for role, group, found in (("actor", self.policy.actor, audits["actor program"]),
+                                   ("learner", self.policy.learner, audits["learner program"])):
+            devices = group.mesh.devices.flat
+            groups[role] = "\n".join([f"{role} group: {devices[0].platform} devices "
+                                       f"[{','.join(str(d.id) for d in devices)}]", *summary(found)])
+        return Explanation(FragmentGraph.from_jaxpr(traced), self.policy.describe(),
+                           [c for found in audits.values() for c in found], cost, memory, compile_seconds,
+                           self._transfers, self.policy.transfer_dtype, groups)
 
 
 def _batch_axis(crossing: partition.Crossing) -> int | None:

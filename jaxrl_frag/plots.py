@@ -1,17 +1,14 @@
-"""Plots of a run's metrics."""
+"""Plots of a run's metrics, as matplotlib ``Figure``s made without pyplot: no global
+backend is chosen or changed (a notebook's inline plots keep working)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import matplotlib
 import numpy as np
+from matplotlib.figure import Figure
 
 from jaxrl_frag.summary import bootstrap_ci
-
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt
-from matplotlib.figure import Figure
 
 PANELS = (("value loss", ("value_loss",)), ("policy loss and entropy", ("policy_loss", "entropy")))
 
@@ -21,7 +18,8 @@ def learning_curve(metrics: Mapping[str, Sequence[float]], title: str) -> Figure
     (each panel only if the run reports its metrics)."""
     panels = [(name, [m for m in keys if m in metrics]) for name, keys in PANELS]
     panels = [(name, keys) for name, keys in panels if keys]
-    fig, axes = plt.subplots(1, 1 + len(panels), figsize=(5.5 * (1 + len(panels)), 4), squeeze=False)
+    fig = Figure(figsize=(5.5 * (1 + len(panels)), 4))
+    axes = fig.subplots(1, 1 + len(panels), squeeze=False)
     steps = metrics["env_steps"]
     ax = axes[0, 0]
     ax.plot(steps, metrics["episode_return"], color="tab:blue", lw=1.8)
@@ -43,7 +41,8 @@ def population_curves(env_steps: Sequence[float], returns: np.ndarray, groups: S
     """Mean episode return of each group of members (a hyperparameter setting over its
     seeds) against environment steps, shaded with its 95% bootstrap interval.
     ``returns`` is ``[rows, members]``."""
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig = Figure(figsize=(8, 4.5))
+    ax = fig.subplots()
     for label, members in groups:
         values = returns[:, list(members)]
         mean = np.nanmean(values, axis=1)

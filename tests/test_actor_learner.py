@@ -208,3 +208,12 @@ def test_packing_round_trips_mixed_leaves_keeping_the_batch_split() -> None:
     for got, want in zip(jax.jit(layout.unpack)((batched, replicated)), values, strict=True):
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_the_drawn_graph_marks_groups_and_transfers(lagged_program: jf.Program, tmp_path: Path) -> None:
+    dot = lagged_program.explain().draw(tmp_path / "g.dot").read_text()
+    assert "actor group: cpu devices [0,1]" in dot and "learner group: cpu devices [2,3]" in dot
+    transfers = [line for line in dot.splitlines() if "color=red" in line]
+    assert any('"actor.rollout" -> "learner.learn"' in line and "transfer in float32" in line for line in transfers)
+    assert any('"learner.learn" -> "actor.rollout"' in line and "params for the next iteration" in line
+               for line in transfers)

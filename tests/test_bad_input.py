@@ -41,6 +41,7 @@ CASES = [
     ([*TRAIN, "--policy", "actor-learner", "--actor-devices", "0"], ["actor_devices=0", "positive"]),
     ([*TRAIN, "--policy", "actor-learner", "--transfer-dtype", "fp8"], ["--transfer-dtype", "invalid choice: 'fp8'"]),
     ([*TRAIN, "--policy", "actor-learner", "--seeds", "2"], ["policy='actor-learner'", "populations"]),
+    (["explain", "ppo", "--env", "CartPole-v1", "--draw", "graph.gif"], ["draw='graph.gif'", ".png, .svg"]),
     # seeds and sweeps
     ([*TRAIN, "--seeds", "0"], ["seeds=0", "positive"]),
     ([*TRAIN, "--sweep", "num_envs=4,8"], ["sweep='num_envs'", "static field", "separate runs"]),

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 import jaxrl_frag as jf
 from jaxrl_frag import envs
@@ -101,3 +104,20 @@ def test_a_decorated_step_function_is_an_algorithm_that_compiles_runs_and_explai
     (edge,) = graph.edges_between("actor", "learner")
     assert edge.label == "actor.collect.batch -> learner.reinforce.batch"
     assert edge.nbytes == T * 8 * (4 * 4 + 4 + 4 + 1)
+
+
+def test_the_graph_draws_as_dot_source_picture_and_text(cartpole_program: jf.Program, tmp_path: Path) -> None:
+    import matplotlib
+
+    explanation = cartpole_program.explain()
+    dot = explanation.draw(tmp_path / "g.dot").read_text()
+    assert '"actor.rollout" -> "learner.learn"' in dot and "traj: 19.0 KiB (env-batched)" in dot
+    assert "subgraph cluster_0" in dot and "SingleDevice" in dot and "no collectives" in dot
+    backend = matplotlib.get_backend()
+    png = explanation.draw(tmp_path / "g.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+    assert matplotlib.get_backend() == backend  # drawing leaves the caller's plotting alone
+    assert explanation.draw(tmp_path / "g.txt").read_text() == str(explanation) + "\n"
+    with pytest.raises(jf.ConfigError) as err:
+        explanation.draw(tmp_path / "g.gif")
+    assert err.value.field == "draw" and ".png" in str(err.value)
