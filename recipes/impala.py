@@ -85,12 +85,12 @@ class IMPALA(ActorCriticRecipe):
         """Policy-gradient loss with V-trace advantages + value regression to V-trace
         targets - entropy bonus, on environment-major trajectories ``[n, T, ...]`` and the
         observations ``[n, ...]`` that follow them."""
-        traj = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj)  # time-major [T, n, ...]
-        steps, n = traj.reward.shape
-        obs = traj.obs.reshape(steps * n, *traj.obs.shape[2:])
-        dist, values = self.network.apply(params, obs)
-        log_prob = dist.log_prob(traj.action.reshape(steps * n, *traj.action.shape[2:])).reshape(steps, n)
-        values = values.reshape(steps, n)
+        n, steps = traj.reward.shape
+        # the network sees [n * T] samples, environments outermost: each device keeps its own
+        dist, values = self.network.apply(params, traj.obs.reshape(n * steps, *traj.obs.shape[2:]))
+        log_prob = dist.log_prob(traj.action.reshape(n * steps, *traj.action.shape[2:])).reshape(n, steps).T
+        values = values.reshape(n, steps).T  # time-major [T, n] from here on
+        traj = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj)
         last_value = self.network.apply(params, last_obs, method=ActorCritic.value)
         done = traj.terminated | traj.truncated
         following = jnp.concatenate([values[1:], last_value[None]])

@@ -103,3 +103,13 @@ def test_environment_batch_must_divide_across_devices() -> None:
     with pytest.raises(ConfigError) as err:
         jf.compile(algo, DataParallel(4))
     assert err.value.field == "devices" and "6" in str(err.value) and "divide" in str(err.value)
+
+
+def test_impala_all_reduces_gradients_once_per_update_and_moves_no_trajectory() -> None:
+    algo = jf.recipes.IMPALA.create("CartPole-v1", num_minibatches=2, **SMALL)
+    collectives = jf.compile(algo, DataParallel(4), chunk_iterations=2).explain().collectives
+    assert set(totals(collectives)) == {"all-reduce"}
+    gradients = [c for c in collectives if c.times == algo.num_minibatches]
+    # the gradients, with the minibatch's scalar losses fused into the same all-reduce
+    assert gradient_bytes(algo) <= sum(c.nbytes for c in gradients) <= gradient_bytes(algo) + 64
+    assert all(c.nbytes <= 64 for c in collectives if c not in gradients)  # episode statistics
