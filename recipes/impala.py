@@ -86,7 +86,7 @@ class IMPALA(ActorCriticRecipe):
         targets - entropy bonus, on environment-major trajectories ``[n, T, ...]`` and the
         observations ``[n, ...]`` that follow them."""
         n, steps = traj.reward.shape
-        # the network sees [n * T] samples, environments outermost: each device keeps its own
+        # the network sees [n * T] samples, environments outermost, so samples stay with their environments
         dist, values = self.network.apply(params, traj.obs.reshape(n * steps, *traj.obs.shape[2:]))
         log_prob = dist.log_prob(traj.action.reshape(n * steps, *traj.action.shape[2:])).reshape(n, steps).T
         values = values.reshape(n, steps).T  # time-major [T, n] from here on
