@@ -386,9 +386,8 @@ def _run(args: argparse.Namespace, run_dir: Any, algo: Any, members: list[tuple[
         say(f"stopped at iteration {history.iteration} of {algo.num_iterations}; checkpoint saved in "
             f"{checkpoints.directory}. Resume with: jaxrl-frag resume {run_dir.path}")
         return 0
-    final = history.final
     say(f"trained to {int(history.iteration * algo.steps_per_iteration):,} steps; "
-        f"final mean episode return {float(np.nanmean(final.get('episode_return', np.nan))):.2f}")
+        f"final mean episode return {float(np.nanmean(history.last('episode_return'))):.2f}")
     if main_process:
         title = f"{args.recipe} on {args.env}"
         if members is None:
@@ -462,7 +461,7 @@ def _write_population_report(run_dir: Any, history: Any, members: list[tuple[dic
 
     from jaxrl_frag import plots, summary
 
-    rows = summary.by_setting(history.final["episode_return"], members)
+    rows = summary.by_setting(history.last("episode_return"), members)
     table = summary.markdown(rows)
     print(table)
     best = {k: v for k, v in rows[0].items() if k in members[0][0]}

@@ -48,6 +48,16 @@ class History:
     def final(self) -> Row:
         return self.rows[-1] if self.rows else {}
 
+    def last(self, name: str) -> float | np.ndarray:
+        """The last value of metric ``name`` that is not NaN (per member in a population):
+        a short last row may see no episode end, which leaves its return NaN."""
+        if not self.rows:
+            return float("nan")
+        values = self[name]
+        columns = values.reshape(len(self.rows), -1).T
+        last = np.array([col[~np.isnan(col)][-1] if (~np.isnan(col)).any() else np.nan for col in columns])
+        return float(last[0]) if values.ndim == 1 else last
+
 
 class Program:
     """An algorithm compiled ahead of time under a policy.

@@ -21,3 +21,11 @@ def test_continuous_ppo_pendulum_beats_random_by_far() -> None:
     last = history["episode_return"][-3:]
     assert np.all(np.isfinite(last))
     assert last.mean() >= -400, history["episode_return"]
+
+
+def test_the_last_return_skips_a_short_last_row_without_episode_ends() -> None:
+    history = jf.History([{"episode_return": 10.0}, {"episode_return": 20.0}, {"episode_return": np.nan}], state=None)
+    assert history.last("episode_return") == 20.0
+    population = jf.History([{"episode_return": np.array([1.0, 2.0])}, {"episode_return": np.array([np.nan, 3.0])}],
+                            state=None)
+    np.testing.assert_array_equal(population.last("episode_return"), [1.0, 3.0])
