@@ -2,10 +2,11 @@
 (``partition``), each compiled for its device group, run as a two-stage pipeline.
 
 Each iteration the actor program steps its environments and encodes what the
-learner needs (the trajectory); that moves to the learner group; the learner
-program updates the parameters and encodes those the actor reads; they move back.
-Moves are ``jax.device_put`` between the groups' shardings: device-to-device
-copies. Dispatch is asynchronous, so with staleness ``k >= 1``, where the actor
+learner needs (the trajectory) in the transfer precision, packed into two byte
+buffers; those move to the learner group; the learner program unpacks them,
+updates the parameters and packs those the actor reads; they move back. Moves are
+``jax.device_put`` between the groups' shardings: device-to-device copies, two per
+direction whatever the number of arrays. Dispatch is asynchronous, so with staleness ``k >= 1``, where the actor
 runs one iteration ahead, the host enqueues the actor's iteration ``t + 1`` and
 the learner's iteration ``t`` back to back and both groups compute at once. The
 schedule is fixed, never first-come-first-served, so runs are reproducible.
