@@ -7,8 +7,6 @@ A subclass adds its ``learn`` fragment (``learner`` role) and its own settings;
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from typing import Any, ClassVar, NamedTuple
 
 import jax
@@ -17,12 +15,15 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl_frag import envs
-from jaxrl_frag.algorithms import Algorithm, hyperparameter, static_field
-from jaxrl_frag.errors import ConfigError, check
+from jaxrl_frag import envs, primitives
+from jaxrl_frag.algorithms import hyperparameter, static_field
+from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
-from jaxrl_frag.metrics import Metrics, episode_metrics
+from jaxrl_frag.metrics import Metrics
+from jaxrl_frag.recipes.advantages import gae
 from jaxrl_frag.recipes.networks import ActorCritic
+from jaxrl_frag.recipes.recipe import Recipe
+from jaxrl_frag.recipes.rollout import collect
 
 PyTree = Any
 
@@ -52,84 +53,31 @@ class ActorCriticState:
 
 
 @struct.dataclass
-class ActorCriticRecipe(Algorithm):
+class ActorCriticRecipe(Recipe):
     """Settings and the rollout shared by actor-critic recipes."""
 
-    env: envs.Env = static_field(help="the batched environment (from --env)")
-    num_envs: int = static_field(4, help="parallel environments")
-    num_steps: int = static_field(128, help="environment steps per environment per iteration")
-    total_steps: int = static_field(500_000, help="environment steps of the whole run")
     num_minibatches: int = static_field(4, help="minibatches per epoch")
-    hidden: tuple[int, ...] = static_field((64, 64), help="hidden layer widths of the policy and value MLPs")
     anneal_lr: bool = static_field(True, help="anneal the learning rate linearly to zero over the run")
     normalize_obs: bool = static_field(False, help="standardise observations with running statistics")
     scale_reward: bool = static_field(False, help="divide rewards by the running std of the discounted return")
-    lr: float = hyperparameter(2.5e-4, help="Adam learning rate")
-    gamma: float = hyperparameter(0.99, help="discount factor")
     ent_coef: float = hyperparameter(0.01, help="entropy bonus coefficient")
     vf_coef: float = hyperparameter(0.5, help="value loss coefficient")
     max_grad_norm: float = hyperparameter(0.5, help="global gradient norm clip")
 
-    # the settings that must be positive integers, and those that must be finite numbers
-    counts: ClassVar[tuple[str, ...]] = ("num_envs", "num_steps", "total_steps", "num_minibatches")
-    reals: ClassVar[tuple[str, ...]] = ("lr", "gamma", "ent_coef", "vf_coef", "max_grad_norm")
+    counts: ClassVar[tuple[str, ...]] = (*Recipe.counts, "num_minibatches")
+    reals: ClassVar[tuple[str, ...]] = (*Recipe.reals, "ent_coef", "vf_coef", "max_grad_norm")
+    positive: ClassVar[tuple[str, ...]] = (*Recipe.positive, "max_grad_norm")
 
     @classmethod
-    def defaults(cls, env_id: str) -> dict[str, Any]:
-        """Settings that work for ``env_id``'s family, over the dataclass defaults."""
-        return {}
-
-    @classmethod
-    def create(cls, env: str, **overrides: Any) -> ActorCriticRecipe:
-        """The recipe on environment id ``env``: family defaults, then ``overrides``; validated."""
-        fields = cls.fields()
-        unknown = sorted(set(overrides) - set(fields))
-        if unknown:
-            raise ConfigError(unknown[0], overrides[unknown[0]],
-                              f"not a {cls.__name__} setting; the settings are {', '.join(fields)}")
-        settings = {**fields, **cls.defaults(env), **overrides}
-        cls.validate(settings)
-        batched = envs.make(env, num_envs=settings["num_envs"], normalize_obs=settings["normalize_obs"],
-                            scale_reward=settings["scale_reward"], gamma=settings["gamma"])
-        cls.check_env(batched)
-        return cls(env=batched, **settings)
-
-    @classmethod
-    def fields(cls) -> dict[str, Any]:
-        """Every setting but the environment, with its default."""
-        return {f.name: f.default for f in dataclasses.fields(cls) if f.name != "env"}
+    def make_env(cls, env_id: str, settings: dict[str, Any]) -> envs.Env:
+        return envs.make(env_id, num_envs=settings["num_envs"], normalize_obs=settings["normalize_obs"],
+                         scale_reward=settings["scale_reward"], gamma=settings["gamma"])
 
     @classmethod
     def validate(cls, s: dict[str, Any]) -> None:
-        """Raise ``ConfigError`` for the first setting in ``s`` that cannot work."""
-        for name in cls.counts:
-            check(int(s[name]) == s[name] and s[name] > 0, name, s[name], "must be a positive integer")
-        batch = s["num_envs"] * s["num_steps"]
-        check(s["total_steps"] >= batch, "total_steps", s["total_steps"],
-              f"must cover at least one iteration of num_envs * num_steps = {batch} steps; raise it")
-        check(len(s["hidden"]) > 0 and all(w > 0 for w in s["hidden"]), "hidden", s["hidden"],
-              "give one or more positive layer widths, e.g. 64,64")
-        for name in cls.reals:
-            check(math.isfinite(s[name]), name, s[name], "must be a finite number")
-        for name in ("lr", "max_grad_norm"):
-            check(s[name] > 0, name, s[name], "must be positive")
+        super().validate(s)
         for name in ("ent_coef", "vf_coef"):
             check(s[name] >= 0, name, s[name], "must be zero or positive")
-        check(0 < s["gamma"] <= 1, "gamma", s["gamma"], "must lie in (0, 1]")
-
-    # -- sizes -----------------------------------------------------------------
-
-    @property
-    def batch_size(self) -> int:
-        return self.num_envs * self.num_steps
-
-    @property
-    def steps_per_iteration(self) -> int:
-        return self.batch_size
-
-    @property
-    def num_iterations(self) -> int:
-        return self.total_steps // self.batch_size
 
     @property
     def updates_per_iteration(self) -> int:
@@ -181,6 +129,39 @@ class ActorCriticRecipe(Algorithm):
         """The learner fragment: new parameters and optimizer state from a rollout."""
         raise NotImplementedError
 
+    def loss(self, params: PyTree, *minibatch: Any) -> tuple[jax.Array, Metrics]:
+        """The loss ``descend`` minimises, and its metrics, on one minibatch."""
+        raise NotImplementedError
+
+    def gae_samples(self, params: PyTree, traj: Transition, last_obs: jax.Array,
+                    gae_lambda: jax.Array) -> tuple[jax.Array, ...]:
+        """The rollout as samples ``(obs, action, log_prob, value, advantage, target)``,
+        each environment's contiguous, with GAE advantages and value targets."""
+        last_value = self.network.apply(params, last_obs, method=ActorCritic.value)
+        advantages, targets = gae(traj.reward, traj.value, traj.terminated, traj.truncated, traj.final_value,
+                                  last_value, self.gamma, gae_lambda)
+        return primitives.flatten_batch((traj.obs, traj.action, traj.log_prob, traj.value, advantages, targets), 1)
+
+    def descend(self, params: PyTree, opt_state: PyTree, batch: PyTree,
+                keys: jax.Array) -> tuple[PyTree, PyTree, Metrics]:
+        """One pass over ``batch`` per key in ``keys``, each in ``num_minibatches`` shuffled
+        minibatches with one optimizer update of ``loss`` apiece; the mean metrics and
+        the learning rate of the first update."""
+        tx = self.optimizer()
+
+        def update(carry: tuple[PyTree, PyTree], minibatch: tuple[Any, ...]) -> tuple[Any, Metrics]:
+            params, opt_state = carry
+            grads, metrics = jax.grad(self.loss, has_aux=True)(params, *minibatch)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), metrics
+
+        def epoch(carry: tuple[PyTree, PyTree], key: jax.Array) -> tuple[Any, Metrics]:
+            return jax.lax.scan(update, carry, primitives.minibatches(key, batch, self.num_minibatches))
+
+        learning_rate = self.learning_rate(self.updates_done(opt_state))
+        (params, opt_state), metrics = jax.lax.scan(epoch, (params, opt_state), keys)
+        return params, opt_state, {**jax.tree.map(jnp.mean, metrics), "learning_rate": learning_rate}
+
     @fragment("actor", batched={"env_state": 0, "obs": 0, "traj": 1}, outputs=("traj", "env_state", "obs", "episodes"))
     def rollout(
         self, params: PyTree, env_state: PyTree, obs: jax.Array, key: jax.Array
@@ -189,21 +170,17 @@ class ActorCriticRecipe(Algorithm):
         net = self.network
         space = self.env.action_space
 
-        def one_step(carry: tuple[PyTree, jax.Array, jax.Array], _: None) -> tuple[Any, Any]:
-            env_state, obs, key = carry
-            key, k_act, k_env = jax.random.split(key, 3)
+        def act(obs: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array, tuple[jax.Array, jax.Array]]:
             dist, value = net.apply(params, obs)
-            action = dist.sample(k_act)
+            action = dist.sample(key)
             env_action = jnp.clip(action, jnp.asarray(space.low), jnp.asarray(space.high)) if self.continuous else action
-            env_state, ts = self.env.step(k_env, env_state, env_action)
-            final_value = net.apply(params, ts.final_obs, method=ActorCritic.value)
-            transition = Transition(obs, action, dist.log_prob(action), value, ts.reward,
-                                    ts.terminated, ts.truncated, final_value)
-            ended = (ts.done, ts.info["episode_return"], ts.info["episode_length"])
-            return (env_state, ts.obs, key), (transition, ended)
+            return action, env_action, (dist.log_prob(action), value)
 
-        (env_state, obs, _), (traj, ended) = jax.lax.scan(one_step, (env_state, obs, key), None, self.num_steps)
-        return traj, env_state, obs, episode_metrics(*ended)
+        steps, (log_prob, value), env_state, obs, episodes = collect(self.env, act, env_state, obs, key, self.num_steps)
+        final_value = jax.vmap(lambda o: net.apply(params, o, method=ActorCritic.value))(steps.next_obs)
+        traj = Transition(steps.obs, steps.action, log_prob, value, steps.reward, steps.terminated, steps.truncated,
+                          final_value)
+        return traj, env_state, obs, episodes
 
 
 def divisors(n: int, limit: int) -> list[int]:

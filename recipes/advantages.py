@@ -1,4 +1,4 @@
-"""Generalised advantage estimation with time-limit truncation kept apart from termination."""
+"""Advantages and returns: GAE, V-trace and n-step returns, with time-limit truncation kept apart from termination."""
 
 from __future__ import annotations
 
@@ -88,3 +88,22 @@ def vtrace(
     next_vs = next_values + continues * later
     advantages = rhos * (rewards + discounts * next_vs - values)
     return jax.lax.stop_gradient(vs), jax.lax.stop_gradient(advantages)
+
+
+def n_step_return(
+    rewards: jax.Array, terminated: jax.Array, truncated: jax.Array, gamma: jax.Array | float
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The n-step return of windows ``[B, n]`` of consecutive steps, cut at the first
+    step that ends an episode: the discounted reward sum, the discount of the bootstrap
+    value (``gamma ** m``, or 0 after a termination) and the index of the step whose
+    next observation the value bootstraps from (``m - 1``, ``m`` the steps counted)."""
+    n = rewards.shape[1]
+    done = (terminated | truncated).astype(rewards.dtype)
+    # counted[k]: no episode ended before step k of the window
+    counted = jnp.cumprod(jnp.concatenate([jnp.ones_like(done[:, :1]), 1.0 - done[:, :-1]], axis=1), axis=1)
+    powers = jnp.asarray(gamma, rewards.dtype) ** jnp.arange(n, dtype=rewards.dtype)
+    returns = (rewards * counted * powers).sum(axis=1)
+    last = counted.sum(axis=1).astype(jnp.int32) - 1
+    ended_by_termination = jnp.take_along_axis(terminated, last[:, None], axis=1)[:, 0]
+    discount = jnp.where(ended_by_termination, 0.0, jnp.asarray(gamma, rewards.dtype) ** (last + 1))
+    return returns, discount, last

@@ -17,10 +17,8 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import struct
 
-from jaxrl_frag import primitives
 from jaxrl_frag.algorithms import hyperparameter, static_field
 from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
@@ -66,20 +64,9 @@ class IMPALA(ActorCriticRecipe):
         self, params: PyTree, opt_state: PyTree, traj: Transition, last_obs: jax.Array, key: jax.Array
     ) -> tuple[PyTree, PyTree, Metrics]:
         """One V-trace actor-critic update per minibatch of environments."""
-        tx = self.optimizer()
         # environment-major, so that a minibatch holds whole trajectories
         by_env = (jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj), last_obs)
-
-        def update(carry: tuple[PyTree, PyTree], minibatch: tuple[Transition, jax.Array]) -> tuple[Any, Metrics]:
-            params, opt_state = carry
-            grads, metrics = jax.grad(self.loss, has_aux=True)(params, *minibatch)
-            updates, opt_state = tx.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), metrics
-
-        updates_done = self.updates_done(opt_state)
-        (params, opt_state), metrics = jax.lax.scan(
-            update, (params, opt_state), primitives.minibatches(key, by_env, self.num_minibatches))
-        return params, opt_state, {**jax.tree.map(jnp.mean, metrics), "learning_rate": self.learning_rate(updates_done)}
+        return self.descend(params, opt_state, by_env, key[None])
 
     def loss(self, params: PyTree, traj: Transition, last_obs: jax.Array) -> tuple[jax.Array, Metrics]:
         """Policy-gradient loss with V-trace advantages + value regression to V-trace

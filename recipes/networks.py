@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import flax.linen as nn
@@ -47,17 +47,18 @@ class Gaussian(NamedTuple):
 
 
 class MLP(nn.Module):
-    """Tanh MLP with orthogonal initialisation; the last layer scaled by ``out_scale``."""
+    """MLP (tanh by default) with orthogonal initialisation; the last layer scaled by ``out_scale``."""
 
     hidden: Sequence[int]
     out: int
     out_scale: float
+    activation: Callable[[jax.Array], jax.Array] = jnp.tanh
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         x = x.reshape(x.shape[0], -1)
         for width in self.hidden:
-            x = jnp.tanh(nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+            x = self.activation(nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
         return nn.Dense(self.out, kernel_init=nn.initializers.orthogonal(self.out_scale))(x)
 
 
@@ -85,3 +86,66 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: jax.Array) -> jax.Array:
         return self.v(obs)[:, 0]
+
+
+class QValues(nn.Module):
+    """ReLU MLP ``obs -> [B, actions]``: the value of each discrete action."""
+
+    action_dim: int
+    hidden: Sequence[int]
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        return MLP(self.hidden, self.action_dim, 1.0, nn.relu)(obs)
+
+
+class TwinCritic(nn.Module):
+    """Two independent ReLU MLPs ``(obs, action) -> [2, B]``: twin Q estimates of a
+    continuous action."""
+
+    hidden: Sequence[int]
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        x = jnp.concatenate([obs.reshape(obs.shape[0], -1), action], axis=-1)
+        return jnp.stack([MLP(self.hidden, 1, 1.0, nn.relu)(x)[:, 0] for _ in range(2)])
+
+
+class SquashedGaussian(NamedTuple):
+    """A diagonal Gaussian pushed through ``tanh`` and scaled to ``[low, high]``."""
+
+    mean: jax.Array
+    log_std: jax.Array
+    low: jax.Array
+    high: jax.Array
+
+    def sample_and_log_prob(self, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """An action, reparameterised (differentiable in the parameters), and its log-density."""
+        std = jnp.exp(self.log_std)
+        z = self.mean + std * jax.random.normal(key, self.mean.shape)
+        log_prob = Gaussian(self.mean, std).log_prob(z)
+        # tanh's Jacobian, in a form that is stable for large |z|: log(1 - tanh(z)^2)
+        log_prob -= (2.0 * (jnp.log(2.0) - z - jax.nn.softplus(-2.0 * z))).sum(-1)
+        half_range = (self.high - self.low) / 2.0
+        log_prob -= jnp.log(half_range).sum()
+        return self.low + half_range * (jnp.tanh(z) + 1.0), log_prob
+
+    def mode(self) -> jax.Array:
+        return self.low + (self.high - self.low) / 2.0 * (jnp.tanh(self.mean) + 1.0)
+
+
+class SquashedGaussianPolicy(nn.Module):
+    """ReLU MLP ``obs -> SquashedGaussian`` over actions in ``[low, high]``, with a
+    state-dependent standard deviation."""
+
+    action_dim: int
+    hidden: Sequence[int]
+    low: Sequence[float]
+    high: Sequence[float]
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> SquashedGaussian:
+        out = MLP(self.hidden, 2 * self.action_dim, 1.0, nn.relu)(obs)
+        mean, log_std = jnp.split(out, 2, axis=-1)
+        log_std = -5.0 + 3.5 * (jnp.tanh(log_std) + 1.0)  # in [-5, 2]
+        return SquashedGaussian(mean, log_std, jnp.asarray(self.low), jnp.asarray(self.high))

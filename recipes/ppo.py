@@ -14,7 +14,6 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import struct
 
 from jaxrl_frag import primitives
@@ -23,8 +22,6 @@ from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes.actor_critic import ActorCriticRecipe, Transition, divisors
-from jaxrl_frag.recipes.advantages import gae
-from jaxrl_frag.recipes.networks import ActorCritic
 
 PyTree = Any
 
@@ -71,24 +68,8 @@ class PPO(ActorCriticRecipe):
         self, params: PyTree, opt_state: PyTree, traj: Transition, last_obs: jax.Array, key: jax.Array
     ) -> tuple[PyTree, PyTree, Metrics]:
         """GAE, then ``num_epochs`` epochs of ``num_minibatches`` clipped-surrogate updates."""
-        net, tx = self.network, self.optimizer()
-        last_value = net.apply(params, last_obs, method=ActorCritic.value)
-        advantages, targets = gae(traj.reward, traj.value, traj.terminated, traj.truncated, traj.final_value,
-                                  last_value, self.gamma, self.gae_lambda)
-        batch = primitives.flatten_batch((traj.obs, traj.action, traj.log_prob, traj.value, advantages, targets), 1)
-
-        def update(carry: tuple[PyTree, PyTree], minibatch: tuple[jax.Array, ...]) -> tuple[Any, Metrics]:
-            params, opt_state = carry
-            grads, metrics = jax.grad(self.loss, has_aux=True)(params, *minibatch)
-            updates, opt_state = tx.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), metrics
-
-        def epoch(carry: tuple[PyTree, PyTree], key: jax.Array) -> tuple[Any, Metrics]:
-            return jax.lax.scan(update, carry, primitives.minibatches(key, batch, self.num_minibatches))
-
-        updates_done = self.updates_done(opt_state)
-        (params, opt_state), metrics = jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, self.num_epochs))
-        return params, opt_state, {**jax.tree.map(jnp.mean, metrics), "learning_rate": self.learning_rate(updates_done)}
+        batch = self.gae_samples(params, traj, last_obs, self.gae_lambda)
+        return self.descend(params, opt_state, batch, jax.random.split(key, self.num_epochs))
 
     def loss(self, params: PyTree, obs: jax.Array, action: jax.Array, old_log_prob: jax.Array,
              old_value: jax.Array, advantage: jax.Array, target: jax.Array) -> tuple[jax.Array, Metrics]:

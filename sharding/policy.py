@@ -248,7 +248,7 @@ def _set_up_mesh(policy: DataParallel | Population, axes: dict[str, int | None])
 def _split_state(state: PyTree, batch_axes: BatchAxes, mesh: Mesh, data_axis: str,
                  member_axis: str | None = None) -> PyTree:
     """Shardings for ``state``: each environment-batched field split along ``data_axis``
-    on its batch axis (``Shared`` nodes excepted); with ``member_axis``, every leaf's
+    on its batch axis (``Shared`` nodes and leaves without that axis excepted); with ``member_axis``, every leaf's
     leading (member) axis split along it too, and batch axes counted after it."""
     lead = 0 if member_axis is None else 1
 
@@ -277,9 +277,10 @@ def _split_state(state: PyTree, batch_axes: BatchAxes, mesh: Mesh, data_axis: st
                 return jax.tree.map(lambda x: spec(len(x.shape), None), node)
             if member_axis is not None:
                 check_divides(field, node.shape[0], member_axis, "population")
-            if axis is not None:
-                check_divides(field, node.shape[axis + lead], data_axis, "environment batch")
-            return spec(len(node.shape), axis)
+            split = axis if axis is not None and len(node.shape) > axis + lead else None  # counters stay whole
+            if split is not None:
+                check_divides(field, node.shape[split + lead], data_axis, "environment batch")
+            return spec(len(node.shape), split)
 
         return jax.tree.map(place, subtree, is_leaf=lambda n: isinstance(n, Shared))
 

@@ -1,5 +1,6 @@
 """GAE bootstraps from V(final observation) on truncation and from nothing on termination;
-V-trace equals its defining sums, and n-step returns on-policy."""
+V-trace equals its defining sums, and n-step returns on-policy; n-step returns of
+replayed windows stop at an episode's end."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_frag.recipes.advantages import gae, vtrace
+from jaxrl_frag.recipes.advantages import gae, n_step_return, vtrace
 
 GAMMA, LAM = 0.9, 0.8
 
@@ -119,3 +120,15 @@ def test_vtrace_on_policy_is_the_n_step_return() -> None:
         following = vs[s + 1] if s < steps - 1 else bootstrap
         np.testing.assert_allclose(adv[s], data["rewards"][s] + 0.95 * following - data["values"][s],
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_n_step_return_stops_at_the_first_end_of_an_episode() -> None:
+    rewards = jnp.array([[1.0, 2.0, 4.0]] * 4)
+    f, t = False, True
+    terminated = jnp.array([[f, f, f], [f, t, f], [f, f, f], [t, t, f]])
+    truncated = jnp.array([[f, f, f], [f, f, f], [f, t, t], [f, f, f]])
+    returns, discount, last = n_step_return(rewards, terminated, truncated, GAMMA)
+    np.testing.assert_allclose(returns, [1 + 2 * GAMMA + 4 * GAMMA**2, 1 + 2 * GAMMA, 1 + 2 * GAMMA, 1], rtol=1e-6)
+    # bootstrap from the next observation of the last step counted, unless that step terminated
+    np.testing.assert_allclose(discount, [GAMMA**3, 0.0, GAMMA**2, 0.0], rtol=1e-6)
+    np.testing.assert_array_equal(last, [2, 1, 1, 0])

@@ -32,6 +32,16 @@ CASES = [
     ([*TRAIN, "--gamma", "1.5"], ["gamma=1.5", "(0, 1]"]),
     ([*TRAIN, "--gae-lambda", "nan"], ["gae_lambda=nan", "finite"]),
     ([*TRAIN, "--ent-coef", "-0.1"], ["ent_coef=-0.1", "zero or positive"]),
+    # off-policy recipes
+    (["train", "dqn", "--env", "Pendulum-v1"], ["env='Pendulum-v1'", "DQN supports discrete actions only"]),
+    (["train", "sac", "--env", "CartPole-v1"], ["env='CartPole-v1'", "SAC supports continuous actions only"]),
+    (["train", "dqn", "--env", "CartPole-v1", "--buffer-size", "16"], ["buffer_size=16", "raise it"]),
+    (["train", "dqn", "--env", "CartPole-v1", "--tau", "0"], ["tau=0", "(0, 1]"]),
+    (["train", "dqn", "--env", "CartPole-v1", "--td-loss", "l1"], ["td_loss='l1'", "mse, huber"]),
+    (["train", "dqn", "--env", "CartPole-v1", "--epsilon-end", "2"], ["epsilon_end=2", "[0, 1]"]),
+    (["train", "dqn", "--env", "CartPole-v1", "--learning-starts", "-1"], ["learning_starts=-1", "between 0"]),
+    (["train", "sac", "--env", "Pendulum-v1", "--init-temperature", "0"], ["init_temperature=0", "positive"]),
+    (["train", "a2c", "--env", "CartPole-v1", "--num-minibatches", "3"], ["num_minibatches=3", "choose one of"]),
     # distribution policy
     ([*TRAIN, "--policy", "anakin"], ["--policy", "invalid choice: 'anakin'"]),
     ([*TRAIN, "--devices", "0"], ["devices=0", "positive"]),

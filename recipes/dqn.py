@@ -1,0 +1,111 @@
+"""Deep Q-learning (Mnih et al. 2015) with double Q-learning (van Hasselt et al. 2016),
+n-step returns and optional prioritized replay, written once as fragments.
+
+The actor acts epsilon-greedily with the online network, epsilon decaying
+linearly; the learner regresses Q(s, a) on ``G + gamma^m Q_target(s_m, a*)``, where
+``G`` is the n-step return cut at an episode's end, ``a*`` the online network's
+greedy action (double) or the target network's, and no bootstrap follows a
+termination; a time-limit truncation bootstraps from the observation it cut off.
+The target network follows the online one every ``target_every`` steps (a hard
+copy with ``tau = 1``, Polyak averaging below).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from jaxrl_frag import envs, replay
+from jaxrl_frag.algorithms import hyperparameter, static_field
+from jaxrl_frag.errors import check
+from jaxrl_frag.metrics import Metrics
+from jaxrl_frag.recipes.networks import QValues
+from jaxrl_frag.recipes.off_policy import OffPolicyRecipe, linear, polyak
+
+PyTree = Any
+
+TD_LOSSES = {"mse": optax.l2_loss, "huber": optax.huber_loss}
+
+
+@struct.dataclass
+class DQNLearner:
+    target: PyTree
+    opt_state: PyTree
+    updates: jax.Array
+
+
+@struct.dataclass
+class DQN(OffPolicyRecipe):
+    """DQN: double Q-learning, n-step returns, a target network (hard or Polyak
+    updates), a linear epsilon-greedy schedule and uniform or prioritized replay."""
+
+    hidden: tuple[int, ...] = static_field((120, 84), help="hidden layer widths of the Q network")
+    lr: float = hyperparameter(2.5e-4, help="Adam learning rate")
+    double: bool = static_field(True, help="double Q-learning: the online network picks the bootstrap action")
+    n_step: int = static_field(1, help="steps of reward before bootstrapping")
+    target_every: int = static_field(100, help="gradient steps between target network updates")
+    epsilon_start: float = hyperparameter(1.0, help="exploration rate at the start")
+    epsilon_end: float = hyperparameter(0.05, help="exploration rate after the decay")
+    exploration_fraction: float = hyperparameter(0.5, help="share of the run over which epsilon decays")
+    td_loss: str = static_field("mse", help="loss of the TD error: mse, or huber (quadratic within 1, then linear)")
+
+    action_spaces: ClassVar[tuple[type, ...]] = (envs.Discrete,)
+    counts: ClassVar[tuple[str, ...]] = (*OffPolicyRecipe.counts, "n_step")
+    reals: ClassVar[tuple[str, ...]] = (*OffPolicyRecipe.reals, "epsilon_start", "epsilon_end", "exploration_fraction")
+    window: ClassVar[int | str] = "n_step"
+
+    @classmethod
+    def validate(cls, s: dict[str, Any]) -> None:
+        super().validate(s)
+        for name in ("epsilon_start", "epsilon_end"):
+            check(0 <= s[name] <= 1, name, s[name], "must lie in [0, 1]")
+        check(0 < s["exploration_fraction"] <= 1, "exploration_fraction", s["exploration_fraction"],
+              "must lie in (0, 1]")
+        check(s["td_loss"] in TD_LOSSES, "td_loss", s["td_loss"], f"choose one of {', '.join(TD_LOSSES)}")
+
+    @property
+    def network(self) -> QValues:
+        return QValues(self.env.action_space.n, self.hidden)
+
+    def epsilon(self, steps: jax.Array) -> jax.Array:
+        return linear(self.epsilon_start, self.epsilon_end, steps / (self.exploration_fraction * self.total_steps))
+
+    def init_policy(self, key: jax.Array, obs: jax.Array) -> PyTree:
+        return self.network.init(key, obs)
+
+    def init_learner(self, key: jax.Array, obs: jax.Array, policy: PyTree) -> DQNLearner:
+        return DQNLearner(policy, self.optimizer().init(policy), jnp.int32(0))
+
+    def act(self, policy: PyTree, obs: jax.Array, key: jax.Array, steps: jax.Array) -> tuple[jax.Array, jax.Array]:
+        k_explore, k_random = jax.random.split(key)
+        greedy = self.network.apply(policy, obs).argmax(-1)
+        random = jax.random.randint(k_random, greedy.shape, 0, self.env.action_space.n)
+        action = jnp.where(jax.random.uniform(k_explore, greedy.shape) < self.epsilon(steps), random, greedy)
+        return action, action
+
+    def update(self, policy: PyTree, learner: DQNLearner, drawn: replay.Sample,
+               key: jax.Array) -> tuple[PyTree, DQNLearner, jax.Array, Metrics]:
+        steps = drawn.items
+        returns, discount, bootstrap_obs = self.n_step_targets(steps)
+        next_target = self.network.apply(learner.target, bootstrap_obs)
+        chooser = self.network.apply(policy, bootstrap_obs) if self.double else next_target
+        next_value = jnp.take_along_axis(next_target, chooser.argmax(-1)[:, None], axis=-1)[:, 0]
+        target = jax.lax.stop_gradient(returns + discount * next_value)
+
+        def loss(params: PyTree) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+            q = self.network.apply(params, steps.obs[:, 0])
+            chosen = jnp.take_along_axis(q, steps.action[:, 0, None].astype(jnp.int32), axis=-1)[:, 0]
+            td = chosen - target
+            return (drawn.weight * TD_LOSSES[self.td_loss](td)).mean(), (td, chosen)
+
+        (value, (td, chosen)), grads = jax.value_and_grad(loss, has_aux=True)(policy)
+        updates, opt_state = self.optimizer().update(grads, learner.opt_state, policy)
+        policy = optax.apply_updates(policy, updates)
+        done = learner.updates + 1
+        target_params = polyak(policy, learner.target, self.tau, done % self.target_every == 0)
+        metrics = {"loss": value, "q": chosen.mean(), "td_abs": jnp.abs(td).mean()}
+        return policy, DQNLearner(target_params, opt_state, done), jnp.abs(td), metrics

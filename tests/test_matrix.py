@@ -1,0 +1,79 @@
+"""Every recipe under every distribution policy, on 4 of the forced CPU devices: it
+compiles and runs a few iterations, and where the policy claims exactness the whole
+training state (parameters, optimizer state, replay buffer, environments) equals the
+SingleDevice run's."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import jaxrl_frag as jf
+from jaxrl_frag.sharding import ActorLearner, DataParallel, Population, SingleDevice
+from jaxrl_frag.transforms import Population as Members
+
+ON_POLICY = dict(num_envs=8, num_steps=16, total_steps=8 * 16 * 4, num_minibatches=2)  # 4 iterations
+OFF_POLICY = dict(num_envs=8, num_steps=4, total_steps=8 * 4 * 4, num_updates=2, minibatch_size=32, buffer_size=256,
+                  learning_starts=64)  # 4 iterations, gradient steps from the second on
+SMALL = {
+    "ppo": ("CartPole-v1", ON_POLICY),
+    "a2c": ("CartPole-v1", ON_POLICY),
+    "impala": ("CartPole-v1", ON_POLICY),
+    "dqn": ("CartPole-v1", {**OFF_POLICY, "n_step": 3, "prioritized": True}),
+    "sac": ("Pendulum-v1", {**OFF_POLICY, "hidden": (32, 32)}),
+}
+SEED = 3
+EXACT = {
+    "data-parallel-exact": lambda: DataParallel(4, shuffle="exact"),
+    "population-exact": lambda: Population(pop=2, data=2, shuffle="exact"),
+    "actor-learner-synchronous": lambda: ActorLearner(2, 2, staleness=0, shuffle="exact"),
+}
+INEXACT = {
+    "data-parallel-local": lambda: DataParallel(4),
+    "actor-learner-stale": lambda: ActorLearner(2, 2, staleness=1, transfer_dtype="bfloat16"),
+}
+
+
+def test_the_matrix_covers_every_recipe() -> None:
+    assert set(SMALL) == set(jf.recipes.RECIPES)
+
+
+def make(recipe: str) -> jf.Algorithm:
+    env, settings = SMALL[recipe]
+    return jf.recipes.RECIPES[recipe].create(env, **settings)
+
+
+def run(algorithm: jf.Algorithm, policy: jf.sharding.Policy) -> tuple[list[np.ndarray], jf.History]:
+    program = jf.compile(algorithm, policy, chunk_iterations=2)
+    history = program.run(jax.random.PRNGKey(SEED))
+    return [np.asarray(x) for x in jax.tree.leaves(program.algorithm_state(history.state))], history
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[str, list[np.ndarray]]:
+    return {recipe: run(make(recipe), SingleDevice())[0] for recipe in SMALL}
+
+
+@pytest.mark.parametrize("policy", list(EXACT))
+@pytest.mark.parametrize("recipe", list(SMALL))
+def test_an_exact_policy_equals_single_device(recipe: str, policy: str, reference) -> None:
+    algorithm = make(recipe)
+    if policy.startswith("population"):  # member 0 of two, seeded as the reference run
+        state, _ = run(Members.of([algorithm, algorithm], [SEED, SEED + 1]), EXACT[policy]())
+        state = [x[0] for x in state]
+    else:
+        state, _ = run(algorithm, EXACT[policy]())
+    assert len(state) == len(reference[recipe])
+    for x, y in zip(state, reference[recipe], strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("policy", list(INEXACT))
+@pytest.mark.parametrize("recipe", list(SMALL))
+def test_an_inexact_policy_runs(recipe: str, policy: str, reference) -> None:
+    state, history = run(make(recipe), INEXACT[policy]())
+    assert history.final["iteration"] == 4
+    assert [x.shape for x in state] == [x.shape for x in reference[recipe]]
+    assert all(np.isfinite(x).all() for x in state if np.issubdtype(x.dtype, np.floating))
+    assert np.isfinite(history["episode_count"]).all()
