@@ -1,6 +1,7 @@
 """``fragment``: a pure function with a role, traced as a named node.
 
-A fragment call is a nested ``jax.jit`` named ``"<role>.<function name>"``.
+A fragment call is a nested ``jax.jit`` named ``"<role>.<function name>"`` (with a
+suffix that keeps it unique where two fragments share that name).
 XLA inlines it, so it costs nothing at run time, but it stays a distinct
 equation in the traced program, with its arguments' and results' names in its
 debug info: that is what ``FragmentGraph`` reads back.
@@ -40,6 +41,7 @@ class Fragment:
     role: str
     batched: Mapping[str, int]
     outputs: tuple[str, ...]
+    jit_name: str  # the traced node's name: ``node_name``, made unique among fragments if need be
 
     @property
     def name(self) -> str:
@@ -70,7 +72,7 @@ class Fragment:
                 with primitives.lowering(rule):
                     return self._constrain_results(rule, self.fn(*bound.args, **bound.kwargs))
 
-            body.__name__ = body.__qualname__ = self.node_name
+            body.__name__ = body.__qualname__ = self.jit_name
             self._jitted[rule] = jax.jit(body)
         return self._jitted[rule](*args, **kwargs)
 
@@ -119,8 +121,10 @@ def fragment(
             raise ValueError(
                 f"fragment {fn.__name__}: batched names {sorted(unknown)} are neither arguments nor outputs"
             )
-        frag = Fragment(fn, role, axes, out_names)
-        _BY_NAME[frag.node_name] = frag
+        node_name = f"{role}.{fn.__name__}"
+        jit_name = node_name if node_name not in _BY_NAME else f"{node_name}_{len(_BY_NAME)}"
+        frag = Fragment(fn, role, axes, out_names, jit_name)
+        _BY_NAME[jit_name] = frag
         return frag
 
     return wrap

@@ -201,7 +201,9 @@ def output_ports(eqn: Any, frag: Fragment) -> list[str]:
     ports = []
     for position, path in enumerate(paths):
         key, index = _result_key(path), _result_index(path)
-        ports.append(key if key is not None else frag.output_name(index if index is not None else position))
+        if index is None:  # one returned value, not a tuple: all its leaves are the one output
+            index = 0 if len(frag.outputs) == 1 else position
+        ports.append(key if key is not None else frag.output_name(index))
     return ports
 
 

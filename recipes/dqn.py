@@ -43,14 +43,17 @@ class DQN(OffPolicyRecipe):
     """DQN: double Q-learning, n-step returns, a target network (hard or Polyak
     updates), a linear epsilon-greedy schedule and uniform or prioritized replay."""
 
+    num_updates: int = static_field(8, help="gradient steps per iteration, each on a fresh sample")
+    total_steps: int = static_field(200_000, help="environment steps of the whole run")
+    buffer_size: int = static_field(20_000, help="environment steps the replay buffer holds (all environments)")
     hidden: tuple[int, ...] = static_field((120, 84), help="hidden layer widths of the Q network")
-    lr: float = hyperparameter(2.5e-4, help="Adam learning rate")
+    lr: float = hyperparameter(5e-4, help="Adam learning rate")
     double: bool = static_field(True, help="double Q-learning: the online network picks the bootstrap action")
     n_step: int = static_field(1, help="steps of reward before bootstrapping")
-    target_every: int = static_field(100, help="gradient steps between target network updates")
+    target_every: int = static_field(25, help="gradient steps between target network updates")
     epsilon_start: float = hyperparameter(1.0, help="exploration rate at the start")
     epsilon_end: float = hyperparameter(0.05, help="exploration rate after the decay")
-    exploration_fraction: float = hyperparameter(0.5, help="share of the run over which epsilon decays")
+    exploration_fraction: float = hyperparameter(0.2, help="share of the run over which epsilon decays")
     td_loss: str = static_field("mse", help="loss of the TD error: mse, or huber (quadratic within 1, then linear)")
 
     action_spaces: ClassVar[tuple[type, ...]] = (envs.Discrete,)

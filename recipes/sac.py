@@ -61,6 +61,12 @@ class SAC(OffPolicyRecipe):
     reals: ClassVar[tuple[str, ...]] = (*OffPolicyRecipe.reals, "init_temperature", "target_entropy_scale")
 
     @classmethod
+    def defaults(cls, env_id: str) -> dict[str, Any]:
+        if env_id == "Pendulum-v1":
+            return dict(total_steps=20_000, hidden=(64, 64), minibatch_size=128)
+        return {}
+
+    @classmethod
     def validate(cls, s: dict[str, Any]) -> None:
         super().validate(s)
         check(s["init_temperature"] > 0, "init_temperature", s["init_temperature"], "must be positive")
