@@ -146,7 +146,7 @@ def test_recipes_hold_no_placement_or_transfer_code() -> None:
     forbidden = re.compile(r"\b(sharding|Sharding|Mesh|PartitionSpec|shard_map|pmap|device_put|devices?|psum|pmean|"
                            r"axis_name|with_sharding_constraint|transfer|precision|bfloat16|int8)\b")
     sources = {path.name: path.read_text() for path in RECIPES.glob("*.py")}
-    assert {"ppo.py", "impala.py", "actor_critic.py"} <= set(sources)
+    assert {"ppo.py", "a2c.py", "impala.py", "dqn.py", "sac.py", "off_policy.py"} <= set(sources)
     found = {name: sorted(set(forbidden.findall(text))) for name, text in sources.items() if forbidden.search(text)}
     assert not found, found
 

@@ -156,3 +156,17 @@ def test_population_with_its_hyperparameters_resumes_exactly(tmp_path: Path) -> 
     for a, b in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(whole.state), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(resumed["loss"], whole["loss"][3:])
+
+
+def test_dqn_with_its_prioritized_replay_buffer_resumes_exactly(tmp_path: Path) -> None:
+    # the buffer (items, sum tree, largest priority) is part of the checkpointed state
+    algo = jf.recipes.DQN.create("CartPole-v1", num_envs=4, num_steps=8, num_updates=2, minibatch_size=32,
+                                 buffer_size=128, learning_starts=64, total_steps=4 * 8 * 12, prioritized=True)
+    program = jf.compile(algo, chunk_iterations=2)
+    whole = program.run(jax.random.PRNGKey(0))
+    program.run(jax.random.PRNGKey(0), iterations=6, checkpoints=Checkpoints(tmp_path, every=2))
+    resumed = program.run(program.restore(tmp_path))
+    assert int(resumed.state.buffer.added) == 12 * 8 > algo.buffer_size // algo.num_envs  # wrapped around
+    for a, b in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(whole.state), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(resumed["loss"], whole["loss"][3:])

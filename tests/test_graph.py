@@ -12,7 +12,7 @@ import pytest
 
 import jaxrl_frag as jf
 from jaxrl_frag import envs
-from jaxrl_frag.recipes import ppo
+from jaxrl_frag.recipes.networks import ActorCritic
 
 
 def nbytes(tree) -> int:
@@ -39,7 +39,7 @@ def test_ppo_graph_has_actor_and_learner_and_the_trajectory_between_them(cartpol
 # -- an algorithm written from scratch with the decorators --------------------------------------
 
 ENV = envs.make("CartPole-v1", num_envs=8)
-NET = ppo.ActorCritic(2, (32,), continuous=False)
+NET = ActorCritic(2, (32,), continuous=False)
 TX = optax.adam(1e-2)
 T = 32
 
