@@ -25,6 +25,7 @@ from jaxrl_frag.metrics import Metrics, episode_metrics
 from jaxrl_frag.recipes.networks import ActorCritic
 
 PyTree = Any
+TORSOS = ("auto", "cnn", "mlp")
 
 
 class Transition(NamedTuple):
@@ -61,6 +62,8 @@ class ActorCriticRecipe(Algorithm):
     total_steps: int = static_field(500_000, help="environment steps of the whole run")
     num_minibatches: int = static_field(4, help="minibatches per epoch")
     hidden: tuple[int, ...] = static_field((64, 64), help="hidden layer widths of the policy and value MLPs")
+    torso: str = static_field("auto", help="cnn (a 3x3 convolution with 16 channels under each MLP; for image "
+                                           "observations (H, W, C)), mlp (the MLPs alone) or auto (cnn for images)")
     anneal_lr: bool = static_field(True, help="anneal the learning rate linearly to zero over the run")
     normalize_obs: bool = static_field(False, help="standardise observations with running statistics")
     scale_reward: bool = static_field(False, help="divide rewards by the running std of the discounted return")
@@ -92,6 +95,9 @@ class ActorCriticRecipe(Algorithm):
         batched = envs.make(env, num_envs=settings["num_envs"], normalize_obs=settings["normalize_obs"],
                             scale_reward=settings["scale_reward"], gamma=settings["gamma"])
         cls.check_env(batched)
+        shape = batched.observation_space.shape
+        check(settings["torso"] != "cnn" or len(shape) == 3, "torso", "cnn",
+              f"needs image observations (H, W, C); {env} observes shape {shape}: choose mlp or auto")
         return cls(env=batched, **settings)
 
     @classmethod
@@ -109,6 +115,8 @@ class ActorCriticRecipe(Algorithm):
               f"must cover at least one iteration of num_envs * num_steps = {batch} steps; raise it")
         check(len(s["hidden"]) > 0 and all(w > 0 for w in s["hidden"]), "hidden", s["hidden"],
               "give one or more positive layer widths, e.g. 64,64")
+        check(s["torso"] in TORSOS, "torso", s["torso"],
+              f"choose one of {', '.join(TORSOS)} (auto: cnn for image observations, else mlp)")
         for name in cls.reals:
             check(math.isfinite(s[name]), name, s[name], "must be a finite number")
         for name in ("lr", "max_grad_norm"):
@@ -141,10 +149,15 @@ class ActorCriticRecipe(Algorithm):
         return isinstance(self.env.action_space, envs.Box)
 
     @property
+    def conv(self) -> bool:
+        """Whether the networks have a convolutional torso: asked for, or ``auto`` on image observations."""
+        return self.torso == "cnn" or (self.torso == "auto" and len(self.env.observation_space.shape) == 3)
+
+    @property
     def network(self) -> ActorCritic:
         space = self.env.action_space
         action_dim = int(np.prod(space.shape)) if self.continuous else space.n
-        return ActorCritic(action_dim, self.hidden, self.continuous)
+        return ActorCritic(action_dim, self.hidden, self.continuous, self.conv)
 
     def learning_rate(self, update: jax.Array) -> jax.Array:
         """The learning rate of optimizer update number ``update``: annealed linearly to

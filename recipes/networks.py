@@ -47,14 +47,22 @@ class Gaussian(NamedTuple):
 
 
 class MLP(nn.Module):
-    """Tanh MLP with orthogonal initialisation; the last layer scaled by ``out_scale``."""
+    """Tanh MLP with orthogonal initialisation; the last layer scaled by ``out_scale``.
+
+    With ``conv``, the input is first an image batch ``[N, H, W, C]`` that goes through
+    one 3x3 convolution with 16 channels (no padding) and a ReLU: the torso of the
+    MinAtar network (Young & Tian 2019) and of purejaxql's PPO for MinAtar.
+    """
 
     hidden: Sequence[int]
     out: int
     out_scale: float
+    conv: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
+        if self.conv:
+            x = nn.relu(nn.Conv(16, (3, 3), padding="VALID", kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
         x = x.reshape(x.shape[0], -1)
         for width in self.hidden:
             x = jnp.tanh(nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
@@ -62,19 +70,21 @@ class MLP(nn.Module):
 
 
 class ActorCritic(nn.Module):
-    """Separate policy and value MLPs: ``obs -> (action distribution, value)``.
+    """Separate policy and value networks: ``obs -> (action distribution, value)``.
 
-    A continuous policy is a Gaussian with a learned, state-independent log
-    standard deviation.
+    Each is an MLP, behind its own convolutional torso when ``conv`` (for image
+    observations ``[N, H, W, C]``). A continuous policy is a Gaussian with a learned,
+    state-independent log standard deviation.
     """
 
     action_dim: int
     hidden: Sequence[int]
     continuous: bool
+    conv: bool = False
 
     def setup(self) -> None:
-        self.pi = MLP(self.hidden, self.action_dim, 0.01)
-        self.v = MLP(self.hidden, 1, 1.0)
+        self.pi = MLP(self.hidden, self.action_dim, 0.01, self.conv)
+        self.v = MLP(self.hidden, 1, 1.0, self.conv)
         if self.continuous:
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
 

@@ -1,4 +1,5 @@
-"""Environments: terminated and truncated kept apart, auto-reset, statistics wrappers."""
+"""Environments: terminated and truncated kept apart, auto-reset, statistics wrappers, Brax, and
+the convolutional torso for image observations."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxrl_frag as jf
 from jaxrl_frag import ConfigError, envs
 
 
@@ -150,3 +152,26 @@ def test_brax_ids_are_brax_physics_environments() -> None:
     from brax import envs as brax_envs
 
     assert set(envs.brax_env.NAMES) == set(brax_envs._envs) - {"fast"}  # "fast" is brax's test environment
+
+
+def test_minatar_networks_get_a_convolution_and_ppo_and_impala_train_on_it() -> None:
+    for recipe in (jf.recipes.PPO, jf.recipes.IMPALA):
+        algo = recipe.create("Breakout-MinAtar", num_envs=2, num_steps=8, total_steps=16, num_minibatches=1, hidden=(32,))
+        assert algo.conv  # torso "auto" on (10, 10, 4) observations
+        history = jf.compile(algo, chunk_iterations=1).run(jax.random.PRNGKey(0))
+        assert history.final["env_steps"] == 16 and np.isfinite(history.final["loss"])
+        params = history.state.params["params"]
+        assert params["pi"]["Conv_0"]["kernel"].shape == (3, 3, 4, 16)
+        assert params["v"]["Dense_0"]["kernel"].shape == (8 * 8 * 16, 32)
+    assert not jf.recipes.PPO.create("Breakout-MinAtar", torso="mlp").conv
+    assert not jf.recipes.PPO.create("CartPole-v1").conv
+
+
+@pytest.mark.parametrize(("env", "torso", "message"), [
+    ("CartPole-v1", "cnn", "needs image observations (H, W, C); CartPole-v1 observes shape (4,)"),
+    ("Breakout-MinAtar", "conv", "choose one of auto, cnn, mlp"),
+])
+def test_a_torso_that_cannot_work_is_refused(env: str, torso: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        jf.recipes.PPO.create(env, torso=torso)
+    assert err.value.field == "torso" and message in str(err.value)
