@@ -161,10 +161,18 @@ def test_minatar_networks_get_a_convolution_and_ppo_and_impala_train_on_it() -> 
         history = jf.compile(algo, chunk_iterations=1).run(jax.random.PRNGKey(0))
         assert history.final["env_steps"] == 16 and np.isfinite(history.final["loss"])
         params = history.state.params["params"]
-        assert params["pi"]["Conv_0"]["kernel"].shape == (3, 3, 4, 16)
+        assert params["pi"]["conv"]["kernel"].shape == (3 * 3 * 4, 16)
         assert params["v"]["Dense_0"]["kernel"].shape == (8 * 8 * 16, 32)
     assert not jf.recipes.PPO.create("Breakout-MinAtar", torso="mlp").conv
     assert not jf.recipes.PPO.create("CartPole-v1").conv
+
+
+def test_the_convolution_is_a_3x3_valid_convolution() -> None:
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 10, 10, 4))
+    kernel = jax.random.normal(jax.random.PRNGKey(1), (3, 3, 4, 16))
+    expected = jax.lax.conv_general_dilated(x, kernel, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                            precision="highest")
+    np.testing.assert_allclose(jf.recipes.networks.patches(x) @ kernel.reshape(36, 16), expected, atol=1e-4)
 
 
 @pytest.mark.parametrize(("env", "torso", "message"), [
