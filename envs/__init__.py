@@ -1,5 +1,6 @@
-"""Environments: the pure ``Env`` protocol, gymnax adapters and wrappers."""
+"""Environments: the pure ``Env`` protocol, gymnax and Brax adapters, and wrappers."""
 
+from jaxrl_frag.envs.brax_env import BraxEnv
 from jaxrl_frag.envs.core import Box, Discrete, Env, Space, TimeStep, Wrapper
 from jaxrl_frag.envs.gymnax_env import GymnaxEnv
 from jaxrl_frag.envs.registry import available, make, register
@@ -12,6 +13,6 @@ from jaxrl_frag.envs.wrappers import (
 )
 
 __all__ = [
-    "Box", "Discrete", "Env", "EpisodeStatistics", "GymnaxEnv", "NormalizeObservation",
+    "Box", "BraxEnv", "Discrete", "Env", "EpisodeStatistics", "GymnaxEnv", "NormalizeObservation",
     "RunningMoments", "ScaleReward", "Space", "TimeStep", "VecEnv", "Wrapper", "available", "make", "register",
 ]

@@ -8,6 +8,7 @@ from typing import Any
 
 import gymnax
 
+from jaxrl_frag.envs import brax_env
 from jaxrl_frag.envs.core import Env
 from jaxrl_frag.envs.gymnax_env import GymnaxEnv
 from jaxrl_frag.envs.wrappers import EpisodeStatistics, NormalizeObservation, ScaleReward, VecEnv
@@ -20,12 +21,13 @@ def register(name: str, factory: Callable[..., Env]) -> None:
     """Make ``factory(**kwargs)`` (one unbatched JAX environment) available to ``make``
     and to ``--env`` as ``name``."""
     check(name not in gymnax.registered_envs, "name", name, "is a gymnax environment id already; choose another")
+    check(not name.startswith(brax_env.PREFIX), "name", name, f"ids starting {brax_env.PREFIX} are Brax's; choose another")
     _REGISTERED[name] = factory
 
 
 def available() -> list[str]:
     """Every environment id that ``make`` accepts."""
-    return sorted([*gymnax.registered_envs, *_REGISTERED])
+    return sorted([*gymnax.registered_envs, *brax_env.ids(), *_REGISTERED])
 
 
 def make(
@@ -40,13 +42,17 @@ def make(
     """Make environment ``name``; with ``num_envs``, a batch of them with episode
     statistics and, if asked, observation normalisation and reward scaling.
 
-    ``kwargs`` go to the environment's constructor.
+    ``kwargs`` go to the environment's constructor; a Brax id (``brax:<name>``) takes
+    ``backend``, ``episode_length`` and ``action_repeat`` (``BraxEnv.make``).
     """
-    if name not in gymnax.registered_envs and name not in _REGISTERED:
+    if name.startswith(brax_env.PREFIX):
+        env: Env = brax_env.BraxEnv.make(name, **kwargs)
+    elif name not in gymnax.registered_envs and name not in _REGISTERED:
         close = difflib.get_close_matches(name, available(), n=3)
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise ConfigError("env", name, f"unknown environment; {hint}available: {', '.join(available())}")
-    env: Env = _REGISTERED[name](**kwargs) if name in _REGISTERED else GymnaxEnv.make(name, **kwargs)
+    else:
+        env = _REGISTERED[name](**kwargs) if name in _REGISTERED else GymnaxEnv.make(name, **kwargs)
     if num_envs is None:
         return env
     check(num_envs > 0, "num_envs", num_envs, "must be a positive number of environments")

@@ -26,6 +26,7 @@ from jaxrl_frag.recipes.recipe import Recipe
 from jaxrl_frag.recipes.rollout import collect
 
 PyTree = Any
+TORSOS = ("auto", "cnn", "mlp")
 
 
 class Transition(NamedTuple):
@@ -57,6 +58,8 @@ class ActorCriticRecipe(Recipe):
     """Settings and the rollout shared by actor-critic recipes."""
 
     num_minibatches: int = static_field(4, help="minibatches per epoch")
+    torso: str = static_field("auto", help="cnn (a 3x3 convolution with 16 channels under each MLP; for image "
+                                           "observations (H, W, C)), mlp (the MLPs alone) or auto (cnn for images)")
     anneal_lr: bool = static_field(True, help="anneal the learning rate linearly to zero over the run")
     normalize_obs: bool = static_field(False, help="standardise observations with running statistics")
     scale_reward: bool = static_field(False, help="divide rewards by the running std of the discounted return")
@@ -70,12 +73,18 @@ class ActorCriticRecipe(Recipe):
 
     @classmethod
     def make_env(cls, env_id: str, settings: dict[str, Any]) -> envs.Env:
-        return envs.make(env_id, num_envs=settings["num_envs"], normalize_obs=settings["normalize_obs"],
-                         scale_reward=settings["scale_reward"], gamma=settings["gamma"])
+        env = envs.make(env_id, num_envs=settings["num_envs"], normalize_obs=settings["normalize_obs"],
+                        scale_reward=settings["scale_reward"], gamma=settings["gamma"])
+        shape = env.observation_space.shape
+        check(settings["torso"] != "cnn" or len(shape) == 3, "torso", "cnn",
+              f"needs image observations (H, W, C); {env_id} observes shape {shape}: choose mlp or auto")
+        return env
 
     @classmethod
     def validate(cls, s: dict[str, Any]) -> None:
         super().validate(s)
+        check(s["torso"] in TORSOS, "torso", s["torso"],
+              f"choose one of {', '.join(TORSOS)} (auto: cnn for image observations, else mlp)")
         for name in ("ent_coef", "vf_coef"):
             check(s[name] >= 0, name, s[name], "must be zero or positive")
 
@@ -89,10 +98,15 @@ class ActorCriticRecipe(Recipe):
         return isinstance(self.env.action_space, envs.Box)
 
     @property
+    def conv(self) -> bool:
+        """Whether the networks have a convolutional torso: asked for, or ``auto`` on image observations."""
+        return self.torso == "cnn" or (self.torso == "auto" and len(self.env.observation_space.shape) == 3)
+
+    @property
     def network(self) -> ActorCritic:
         space = self.env.action_space
         action_dim = int(np.prod(space.shape)) if self.continuous else space.n
-        return ActorCritic(action_dim, self.hidden, self.continuous)
+        return ActorCritic(action_dim, self.hidden, self.continuous, self.conv)
 
     def learning_rate(self, update: jax.Array) -> jax.Array:
         """The learning rate of optimizer update number ``update``: annealed linearly to

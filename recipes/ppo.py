@@ -47,6 +47,10 @@ class PPO(ActorCriticRecipe):
             return dict(num_envs=16, num_steps=256, total_steps=1_000_000, num_epochs=10, num_minibatches=32,
                         lr=1e-3, gamma=0.95, ent_coef=0.0, normalize_obs=True, scale_reward=True,
                         max_grad_norm=0.5)
+        if env_id.startswith("brax:"):
+            # tuned on brax:inverted_pendulum, which these settings solve (return 1000) within 1.5e5 steps
+            return dict(num_envs=64, num_steps=32, total_steps=1_000_000, num_minibatches=4, lr=1e-3, gamma=0.97,
+                        ent_coef=0.0, normalize_obs=True)
         return {}
 
     @classmethod

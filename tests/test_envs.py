@@ -1,12 +1,17 @@
-"""Environments: terminated and truncated kept apart, auto-reset, statistics wrappers."""
+"""Environments: terminated and truncated kept apart, auto-reset, statistics wrappers, Brax, and
+the convolutional torso for image observations."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxrl_frag as jf
 from jaxrl_frag import ConfigError, envs
 
 
@@ -82,3 +87,99 @@ def test_minatar_observations_are_images() -> None:
     assert isinstance(env.action_space, envs.Discrete)
     _, ts = jax.jit(lambda: run(env, 5))()
     assert ts.obs.shape == (5, 2, 10, 10, 4)
+
+
+@pytest.fixture(scope="module")
+def pendulum_rollout():
+    """25 steps of 2 Brax inverted pendulums under a constant action, compiled once: an
+    episode lasts at most 20 physics steps, each action repeated twice (so 10 calls of ``step``)."""
+    env = envs.make("brax:inverted_pendulum", num_envs=2, episode_length=20, action_repeat=2)
+
+    def rollout(action):
+        state, first_obs = env.reset(jax.random.PRNGKey(0))
+
+        def body(state, key):
+            return env.step(key, state, jnp.full((2, 1), action))
+
+        _, ts = jax.lax.scan(body, state, jax.random.split(jax.random.PRNGKey(1), 25))
+        return first_obs, ts
+
+    return env, jax.jit(rollout)
+
+
+def test_brax_spaces_and_time_limit_is_a_truncation(pendulum_rollout) -> None:
+    env, rollout = pendulum_rollout
+    assert env.observation_space.shape == (4,) and np.isinf(env.observation_space.high).all()
+    assert env.action_space == envs.Box((-1.0,), (1.0,), (1,))
+    first_obs, ts = rollout(0.0)  # pushing neither way keeps the pole up past the time limit
+    assert ts.obs.shape == ts.final_obs.shape == (25, 2, 4) and ts.reward.shape == (25, 2)
+    done_at = np.nonzero(np.asarray(ts.done[:, 0]))[0]
+    np.testing.assert_array_equal(done_at, [9, 19])
+    assert np.asarray(ts.truncated[done_at]).all() and not np.asarray(ts.terminated).any()
+    np.testing.assert_array_equal(np.asarray(ts.reward), 2.0)  # 1 per physics step, two per action
+    np.testing.assert_array_equal(np.asarray(ts.info["episode_return"])[done_at, 0], [20.0, 20.0])
+    # the episode ended where the pole was after 20 physics steps, not at a reset observation
+    assert not np.allclose(np.asarray(ts.final_obs[9]), np.asarray(ts.obs[9]))
+    assert not np.allclose(np.asarray(ts.final_obs[9]), np.asarray(first_obs))
+    np.testing.assert_array_equal(np.asarray(ts.final_obs[8]), np.asarray(ts.obs[8]))
+
+
+def test_brax_pole_falling_is_a_termination(pendulum_rollout) -> None:
+    _, rollout = pendulum_rollout
+    _, ts = rollout(1.0)  # full force one way: the pole falls within a few steps, again and again
+    assert np.asarray(ts.terminated).sum() >= 10 and not np.asarray(ts.truncated).any()
+    assert np.asarray(ts.info["episode_length"])[np.asarray(ts.done)].max() < 10
+
+
+def test_brax_ids_are_listed_and_bad_ones_refused_before_brax_loads() -> None:
+    code = ("import sys; from jaxrl_frag import ConfigError, envs\n"
+            "assert 'brax:hopper' in envs.available() and 'brax:inverted_pendulum' in envs.available()\n"
+            "for kwargs in ({'name': 'brax:hoper'}, {'name': 'brax:hopper', 'backend': 'warp'},\n"
+            "               {'name': 'brax:hopper', 'episode_length': 0}):\n"
+            "    try:\n"
+            "        envs.make(**kwargs)\n"
+            "    except ConfigError as err:\n"
+            "        print(err.field, '|', err)\n"
+            "assert 'brax' not in sys.modules\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(out) == 3
+    assert out[0].startswith("env |") and "brax:hoper" in out[0] and "did you mean brax:hopper" in out[0]
+    assert out[1].startswith("backend |") and "'warp'" in out[1] and "generalized, positional, spring, mjx" in out[1]
+    assert out[2].startswith("episode_length |") and "positive integer" in out[2]
+
+
+def test_brax_ids_are_brax_physics_environments() -> None:
+    from brax import envs as brax_envs
+
+    assert set(envs.brax_env.NAMES) == set(brax_envs._envs) - {"fast"}  # "fast" is brax's test environment
+
+
+def test_minatar_networks_get_a_convolution_and_ppo_and_impala_train_on_it() -> None:
+    for recipe in (jf.recipes.PPO, jf.recipes.IMPALA):
+        algo = recipe.create("Breakout-MinAtar", num_envs=2, num_steps=8, total_steps=16, num_minibatches=1, hidden=(32,))
+        assert algo.conv  # torso "auto" on (10, 10, 4) observations
+        history = jf.compile(algo, chunk_iterations=1).run(jax.random.PRNGKey(0))
+        assert history.final["env_steps"] == 16 and np.isfinite(history.final["loss"])
+        params = history.state.params["params"]
+        assert params["pi"]["conv"]["kernel"].shape == (3 * 3 * 4, 16)
+        assert params["v"]["Dense_0"]["kernel"].shape == (8 * 8 * 16, 32)
+    assert not jf.recipes.PPO.create("Breakout-MinAtar", torso="mlp").conv
+    assert not jf.recipes.PPO.create("CartPole-v1").conv
+
+
+def test_the_convolution_is_a_3x3_valid_convolution() -> None:
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 10, 10, 4))
+    kernel = jax.random.normal(jax.random.PRNGKey(1), (3, 3, 4, 16))
+    expected = jax.lax.conv_general_dilated(x, kernel, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                            precision="highest")
+    np.testing.assert_allclose(jf.recipes.networks.patches(x) @ kernel.reshape(36, 16), expected, atol=1e-4)
+
+
+@pytest.mark.parametrize(("env", "torso", "message"), [
+    ("CartPole-v1", "cnn", "needs image observations (H, W, C); CartPole-v1 observes shape (4,)"),
+    ("Breakout-MinAtar", "conv", "choose one of auto, cnn, mlp"),
+])
+def test_a_torso_that_cannot_work_is_refused(env: str, torso: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        jf.recipes.PPO.create(env, torso=torso)
+    assert err.value.field == "torso" and message in str(err.value)

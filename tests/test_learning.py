@@ -59,3 +59,13 @@ def test_the_last_return_skips_a_short_last_row_without_episode_ends() -> None:
     population = jf.History([{"episode_return": np.array([1.0, 2.0])}, {"episode_return": np.array([np.nan, 3.0])}],
                             state=None)
     np.testing.assert_array_equal(population.last("episode_return"), [1.0, 3.0])
+
+
+def test_ppo_keeps_the_brax_inverted_pendulum_up() -> None:
+    # PPO's brax: defaults (64 envs x 32 steps, Brax's "generalized" physics) for 3e5 steps; the time
+    # limit is 1000 steps. Uniformly random actions keep the pole up 5.7 steps on average (5,580
+    # episodes measured); seeds 0-4 of this run all pass 900 by 1.3e5 steps and end at 1000.
+    algo = jf.recipes.PPO.create("brax:inverted_pendulum", total_steps=300_000)
+    history = jf.compile(algo).run(jax.random.PRNGKey(0))
+    assert history.final["env_steps"] <= 300_000
+    assert np.nanmean(history["episode_return"][-10:]) >= 900, history["episode_return"]
