@@ -13,20 +13,12 @@ warm-up, ours tanh and none.
 
 Prints the compile time, training steps per second (all seeds together, compilation
 excluded) and each seed's mean episode return along the run.
-
-XLA's CPU scheduler for concurrent thunks stalls (every thread idle, nothing computing)
-on the population program with the convolutional torso, every time; this script turns
-that scheduler off unless ``XLA_FLAGS`` already sets it.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import time
-
-if "xla_cpu_enable_concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_concurrency_optimized_scheduler=false"
 
 import jax
 import numpy as np

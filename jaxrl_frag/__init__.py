@@ -3,11 +3,13 @@
 Names load on first use, so that importing the package (the command line does)
 initialises no jax backend: device counts can still be set after it.
 
-Importing it also turns off XLA's multi-threaded Eigen pool on CPU, unless
-``XLA_FLAGS`` already sets ``--xla_cpu_multi_thread_eigen``: that pool can wedge on
-large vmapped programs (a population, many seeds), leaving the run waiting forever,
-and single-threaded Eigen costs nothing measurable at RL network sizes
-(benchmarks/RESULTS.md). It takes effect if no jax backend is running yet.
+Importing it also sets two XLA CPU flags, each unless ``XLA_FLAGS`` already sets it,
+because without them vmapped programs (a population, many seeds) can wedge, the
+run waiting forever with every thread idle: ``--xla_cpu_multi_thread_eigen=false``
+(single-threaded Eigen costs nothing measurable at RL network sizes) and
+``--xla_cpu_enable_concurrency_optimized_scheduler=false`` (a 4-member SAC
+population stalled on every run without it and finished with it;
+benchmarks/RESULTS.md). They take effect if no jax backend is running yet.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import importlib
 import os
 from typing import TYPE_CHECKING, Any
 
-if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
+for _flag in ("xla_cpu_multi_thread_eigen", "xla_cpu_enable_concurrency_optimized_scheduler"):
+    if _flag not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --{_flag}=false").strip()
 
 _EXPORTS = {
     "Algorithm": "jaxrl_frag.algorithms",
