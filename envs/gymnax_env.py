@@ -44,11 +44,13 @@ class GymnaxEnv(Env):
 
     @property
     def observation_space(self) -> Box:
-        return _space(self.env.observation_space(self.params))
+        with jax.ensure_compile_time_eval():  # concrete bounds even while a program is traced
+            return _space(self.env.observation_space(self.params))
 
     @property
     def action_space(self) -> Space:
-        return _space(self.env.action_space(self.params))
+        with jax.ensure_compile_time_eval():
+            return _space(self.env.action_space(self.params))
 
     def reset(self, key: jax.Array) -> tuple[PyTree, jax.Array]:
         obs, state = self.env.reset(key, self.params)

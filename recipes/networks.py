@@ -92,8 +92,8 @@ class ActorCritic(nn.Module):
     conv: bool = False
 
     def setup(self) -> None:
-        self.pi = MLP(self.hidden, self.action_dim, 0.01, self.conv)
-        self.v = MLP(self.hidden, 1, 1.0, self.conv)
+        self.pi = MLP(self.hidden, self.action_dim, 0.01, conv=self.conv)
+        self.v = MLP(self.hidden, 1, 1.0, conv=self.conv)
         if self.continuous:
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
 
