@@ -1,8 +1,9 @@
-"""What PPO and IMPALA share: an actor-critic network, its settings, and the ``actor``
-fragment that rolls out the current policy in a batch of environments.
+"""What PPO, A2C and IMPALA share: an actor-critic network, its settings, the ``actor``
+fragment that rolls out the current policy in a batch of environments, and the loop
+of minibatch updates.
 
-A subclass adds its ``learn`` fragment (``learner`` role) and its own settings;
-``step`` is the same for every subclass: roll out, then learn from the rollout.
+A subclass adds its ``learn`` fragment (``learner`` role), its ``loss`` and its own
+settings; ``step`` is the same for every subclass: roll out, then learn from the rollout.
 """
 
 from __future__ import annotations
