@@ -22,6 +22,11 @@ from jaxrl_frag import primitives
 _BY_NAME: dict[str, Fragment] = {}
 
 
+def node_name(role: str, fn: Callable[..., Any]) -> str:
+    """The name a fragment shows in graphs and messages: ``"<role>.<function name>"``."""
+    return f"{role}.{fn.__name__}"
+
+
 def lookup(jit_name: str) -> Fragment | None:
     """The fragment whose traced node carries ``jit_name``, if any."""
     return _BY_NAME.get(jit_name)
@@ -49,7 +54,7 @@ class Fragment:
 
     @property
     def node_name(self) -> str:
-        return f"{self.role}.{self.name}"
+        return node_name(self.role, self.fn)
 
     @functools.cached_property
     def _jitted(self) -> dict[primitives.Lowering, Callable[..., Any]]:
@@ -121,8 +126,8 @@ def fragment(
             raise ValueError(
                 f"fragment {fn.__name__}: batched names {sorted(unknown)} are neither arguments nor outputs"
             )
-        node_name = f"{role}.{fn.__name__}"
-        jit_name = node_name if node_name not in _BY_NAME else f"{node_name}_{len(_BY_NAME)}"
+        name = node_name(role, fn)
+        jit_name = name if name not in _BY_NAME else f"{name}_{len(_BY_NAME)}"
         frag = Fragment(fn, role, axes, out_names, jit_name)
         _BY_NAME[jit_name] = frag
         return frag

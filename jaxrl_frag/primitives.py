@@ -56,6 +56,12 @@ class Lowering:
     def shards(self) -> int:
         return 1 if self.mesh is None else self.mesh.shape[self.axis]
 
+    @property
+    def local_shards(self) -> int:
+        """How many shards draw samples from their own share only: every shard with
+        ``local`` shuffling, else one (the batch as a whole)."""
+        return self.shards if self.shuffle == "local" else 1
+
     def constrain(self, x: jax.Array, batch_axis: int) -> jax.Array:
         """``x`` laid out with ``batch_axis`` split over the mesh (a no-op on one device)."""
         if self.mesh is None:
@@ -133,7 +139,7 @@ def minibatches(key: jax.Array, batch: PyTree, num_minibatches: int) -> PyTree:
     if len(sizes) != 1:
         raise ValueError(f"minibatches: every leaf needs the same number of samples on axis 0, got {sorted(sizes)}")
     (size,) = sizes
-    shards = rule.shards if rule.shuffle == "local" else 1
+    shards = rule.local_shards
     if size % shards:
         raise ConfigError("devices", shards, f"the batch of {size} samples does not divide across {shards} devices; "
                           "use a device count that divides the number of environments")

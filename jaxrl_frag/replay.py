@@ -124,7 +124,7 @@ def sample(buffer: Replay, key: jax.Array, count: int, beta: jax.Array | float =
     buffer, in proportion to priority with importance weights of exponent ``beta``.
     Draws are spread as the policy's ``shuffle`` says (module docstring)."""
     rule = primitives.current()
-    shards = rule.shards if rule.shuffle == "local" else 1
+    shards = rule.local_shards
     for what, size in (("number of environments", buffer.envs), ("sample batch", count)):
         if size % shards:
             raise ConfigError("devices", shards, f"the {what} ({size}) does not divide across {shards} devices; "
@@ -155,8 +155,7 @@ def sample(buffer: Replay, key: jax.Array, count: int, beta: jax.Array | float =
 def update_priorities(buffer: Replay, drawn: Sample, priorities: jax.Array, alpha: jax.Array | float) -> Replay:
     """``buffer`` with the windows of ``drawn`` given priorities ``priorities ** alpha``."""
     scaled = jnp.asarray(priorities, jnp.float32) ** alpha
-    rule = primitives.current()
-    shards = rule.shards if rule.shuffle == "local" else 1
+    shards = primitives.current().local_shards
     leaves = buffer.tree[0]
     local_envs = buffer.envs // shards
     blocks = leaves.reshape(leaves.shape[0], shards, local_envs)

@@ -125,8 +125,9 @@ class OffPolicyRecipe(Recipe):
         env_state, obs = self.env.reset(k_env)
         policy = self.init_policy(k_policy, obs)
         learner = self.init_learner(k_learner, obs, policy)
-        action, _ = self.act(policy, obs, k_policy, jnp.int32(0))
-        example = Steps(obs, action, *(jnp.zeros(obs.shape[:1], dtype) for dtype in (jnp.float32, bool, bool)), obs)
+        action = jax.eval_shape(self.act, policy, obs, k_policy, jnp.int32(0))[0]
+        example = Steps(obs, jnp.zeros(action.shape, action.dtype),
+                        *(jnp.zeros(obs.shape[:1], dtype) for dtype in (jnp.float32, bool, bool)), obs)
         buffer = replay.create(example, self.buffer_size // self.num_envs, self.window_steps, self.prioritized)
         return OffPolicyState(policy, learner, buffer, env_state, obs, jnp.int32(0), key)
 
