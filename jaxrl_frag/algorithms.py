@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
@@ -60,15 +61,27 @@ class Algorithm:
         """One training iteration: ``(state, metrics)`` with scalar metrics."""
         raise NotImplementedError
 
+    def finished(self, state: PyTree) -> jax.Array:
+        """Whether the run is over before ``num_iterations`` (its budget spent): no
+        iteration runs from a finished state. Never, by default."""
+        return jnp.bool_(False)
+
     @property
     def steps_per_iteration(self) -> int:
-        """Environment steps taken by one ``step``."""
+        """Environment steps taken by one ``step`` (an algorithm whose iterations vary
+        in size reports its running count as the metric ``env_steps_total``)."""
         raise NotImplementedError
 
     @property
     def num_iterations(self) -> int | None:
         """Iterations of a complete run, if the algorithm fixes it (e.g. for annealing)."""
         return None
+
+    @property
+    def iterations_vary(self) -> bool:
+        """Whether iterations differ in size (then ``steps_per_iteration`` is the smallest,
+        ``num_iterations`` the most, and a row of metrics is one iteration by default)."""
+        return False
 
     def config(self) -> dict[str, Any]:
         """The resolved configuration, JSON-ready: every field but callables and environments."""

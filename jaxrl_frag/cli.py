@@ -1,6 +1,7 @@
 """The ``jaxrl-frag`` command line.
 
     jaxrl-frag train ppo --env CartPole-v1 [--total-steps N] [--num-envs N] [--seed S] [--run-dir DIR]
+    jaxrl-frag train ppo --env CartPole-v1 --boost nitro [--boost-ladder 8,16,32,64] [--budget-steps N]
     jaxrl-frag resume RUN_DIR [--override total_steps=N]
     jaxrl-frag explain ppo --env CartPole-v1 [--policy actor-learner --transfer-dtype bfloat16]
     jaxrl-frag envs
@@ -78,6 +79,33 @@ def _add_recipe_flags(parser: argparse.ArgumentParser, recipe: type) -> None:
                                help=help_text)
 
 
+def _add_boost_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of adaptive actor boosting (``jaxrl_frag.boost``), one per setting."""
+    from jaxrl_frag.boost import STRATEGIES, Boosted
+
+    group = parser.add_argument_group("actor boosting (ppo, a2c, impala; single or population policy)")
+    for field in Boosted.settings():
+        flag, help_text = field.metadata["flag"], f"{field.metadata['help']} (default {field.default!r})"
+        if field.name == "strategy":
+            group.add_argument(flag, dest="boost", choices=(*STRATEGIES, "off"), default="off",
+                               help=f"{help_text}; off: a fixed --num-envs (default off)")
+            continue
+        kind = {"ladder": "tuple[int, ...]", "budget_cost": "float"}.get(field.name, type(field.default).__name__)
+        group.add_argument(flag, dest=f"boost_{field.name}", type=_PARSERS[kind], default=None,
+                           metavar=field.name.upper(), help=help_text)
+    group.add_argument("--boost-calibrate", action="store_true",
+                       help="time each rung's actor, learner and probe first, so that rows report device-seconds "
+                            "and cost (implied by --budget-cost)")
+
+
+def _boost_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The boost settings given on the command line (the strategy among them), by field name."""
+    from jaxrl_frag.boost import Boosted
+
+    given = {f.name: getattr(args, f"boost_{f.name}", None) for f in Boosted.settings() if f.name != "strategy"}
+    return {"strategy": args.boost, **{k: v for k, v in given.items() if v is not None}}
+
+
 def _recipe_overrides(args: argparse.Namespace, recipe: type) -> dict[str, Any]:
     return {f.name: getattr(args, f.name) for f in dataclasses.fields(recipe)
             if f.name != "env" and getattr(args, f.name, None) is not None}
@@ -142,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "--chunk-iterations (default: every 10 rows of metrics); also saved at the end")
                 sub.add_argument("--keep-checkpoints", type=_int, default=3, help="checkpoints kept (default 3)")
             _add_recipe_flags(sub, recipe)
+            if command is train:
+                _add_boost_flags(sub)
             sub.set_defaults(handler=handler, recipe_cls=recipe)
     return parser
 
@@ -218,19 +248,50 @@ def _make_algorithm(args: argparse.Namespace) -> tuple[Any, list[tuple[dict[str,
     """The algorithm, and for a population (``--seeds`` > 1 or ``--sweep``) its members'
     settings and seeds, in member order."""
     from jaxrl_frag import sweeps
+    from jaxrl_frag.boost import Boosted
     from jaxrl_frag.transforms import Population
 
     if args.chunk_iterations is not None:
         check(args.chunk_iterations > 0, "chunk_iterations", args.chunk_iterations, "must be a positive iteration count")
     overrides = _recipe_overrides(args, args.recipe_cls)
+    boosting = getattr(args, "boost", "off") != "off"
+    if boosting:
+        check(args.policy in ("single", "population"), "policy", args.policy,
+              "boosted runs take the single or population policy (the ladder slices one environment pool)")
+        check("num_envs" not in overrides, "num_envs", overrides.get("num_envs"),
+              "a boosted run's environment counts are its --boost-ladder; drop --num-envs")
+        overrides["num_envs"] = (args.boost_ladder or Boosted.defaults()["ladder"])[-1]
+    calibrating = boosting and (args.boost_calibrate or args.boost_budget_cost is not None)
+
+    def build(**settings: Any) -> Any:
+        recipe = args.recipe_cls.create(args.env, **settings)
+        if not boosting:
+            return recipe
+        boost_settings = _boost_settings(args)
+        # calibrated after every setting is validated: until then rounds cost nothing
+        seconds = np.zeros((len(boost_settings.get("ladder", Boosted.defaults()["ladder"])), 3)) if calibrating else None
+        return Boosted.create(recipe, round_seconds=seconds, **boost_settings)
+
     if args.seeds == 1 and not args.sweep:
         check(args.samples is None, "samples", args.samples, "--samples is for random search with --sweep")
-        return args.recipe_cls.create(args.env, **overrides), None
+        return _calibrated(args, [build(**overrides)])[0], None
     setting_list = sweeps.settings(args.sweep, args.samples, args.seed)
     sweeps.check_traced(args.recipe_cls, list(setting_list[0]))
     members = sweeps.members(setting_list, args.seeds, args.seed)
-    algorithms = [args.recipe_cls.create(args.env, **{**overrides, **setting}) for setting, _ in members]
+    algorithms = _calibrated(args, [build(**{**overrides, **setting}) for setting, _ in members])
     return Population.of(algorithms, [seed for _, seed in members]), members
+
+
+def _calibrated(args: argparse.Namespace, algorithms: list[Any]) -> list[Any]:
+    """Boosted ``algorithms`` with their rounds' device-seconds measured, where asked for
+    (one calibration serves every member: the rounds' sizes do not depend on them)."""
+    from jaxrl_frag import boost
+
+    if getattr(args, "boost", "off") == "off" or not (args.boost_calibrate or args.boost_budget_cost is not None):
+        return algorithms
+    print("calibrating: timing each rung's actor, learner and probe", flush=True)
+    seconds = boost.calibrate(algorithms[0]).round_seconds
+    return [a.replace(round_seconds=seconds) for a in algorithms]
 
 
 def _enable_compilation_cache() -> None:
@@ -244,8 +305,9 @@ def _enable_compilation_cache() -> None:
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """What ``train`` was given, by name: enough to build the same run again."""
     keys = ("recipe", "env", "seed", "seeds", "sweep", "samples", "policy", "devices", "shuffle", *_ACTOR_LEARNER,
-            "chunk_iterations", "checkpoint_every", "keep_checkpoints")
-    return {k: getattr(args, k) for k in keys} | _recipe_overrides(args, args.recipe_cls)
+            "chunk_iterations", "checkpoint_every", "keep_checkpoints", "boost", "boost_calibrate")
+    boost = {f"boost_{k}": v for k, v in _boost_settings(args).items() if k != "strategy"}
+    return {k: getattr(args, k) for k in keys} | boost | _recipe_overrides(args, args.recipe_cls)
 
 
 def _resolved_config(args: argparse.Namespace, algo: Any) -> dict[str, Any]:
@@ -339,8 +401,9 @@ def _run(args: argparse.Namespace, run_dir: Any, algo: Any, members: list[tuple[
     say = print if main_process else _quiet
     policy = _make_policy(args)
     _enable_compilation_cache()
-    say(f"{args.recipe} on {args.env}: {algo.num_iterations} iterations of {algo.steps_per_iteration} steps "
-        f"-> {run_dir.path}")
+    size = f"{'up to ' if algo.iterations_vary else ''}{algo.num_iterations} iterations of " + (
+        f"at least {algo.steps_per_iteration} steps (boosted)" if algo.iterations_vary else f"{algo.steps_per_iteration} steps")
+    say(f"{args.recipe} on {args.env}: {size} -> {run_dir.path}")
     program = jf.compile(algo, policy, chunk_iterations=config["chunk_iterations"])  # validates the placement too
     say(f"compiled in {program.compile_seconds:.1f} s; {policy.describe()}")
     if main_process and not args.resume:
@@ -386,7 +449,7 @@ def _run(args: argparse.Namespace, run_dir: Any, algo: Any, members: list[tuple[
         say(f"stopped at iteration {history.iteration} of {algo.num_iterations}; checkpoint saved in "
             f"{checkpoints.directory}. Resume with: jaxrl-frag resume {run_dir.path}")
         return 0
-    say(f"trained to {int(history.iteration * algo.steps_per_iteration):,} steps; "
+    say(f"trained to {int(np.max(history.final['env_steps'])):,} steps; "
         f"final mean episode return {float(np.nanmean(history.last('episode_return'))):.2f}")
     if main_process:
         title = f"{args.recipe} on {args.env}"

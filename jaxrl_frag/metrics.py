@@ -1,9 +1,10 @@
 """Metrics: what a step reports, how a chunk reduces it on device, how the host reads it.
 
 A step returns a flat dict of scalars. Over a chunk of iterations, metrics named
-``*_sum`` or ``*_count`` are summed and all others averaged, so episode
-statistics stay exact however episodes fall across iterations and memory does
-not grow with the run. ``finalize`` turns sums into means on the host.
+``*_sum`` or ``*_count`` are summed, running totals named ``*_total`` keep their
+last value and all others are averaged, so episode statistics stay exact however
+episodes fall across iterations and memory does not grow with the run.
+``finalize`` turns sums into means on the host.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ def is_summed(name: str) -> bool:
     return name.endswith(("_sum", "_count"))
 
 
+def is_running_total(name: str) -> bool:
+    return name.endswith("_total")
+
+
 def episode_metrics(done: jax.Array, episode_return: jax.Array, episode_length: jax.Array) -> Metrics:
     """Count, return sum and length sum of the episodes that ended where ``done``."""
     done = done.astype(jnp.float32)
@@ -30,13 +35,15 @@ def episode_metrics(done: jax.Array, episode_return: jax.Array, episode_length: 
 
 
 def accumulate(total: Metrics, new: Metrics) -> Metrics:
-    """Running chunk totals: every metric is summed; ``reduce`` divides the averaged ones."""
-    return {k: total[k] + new[k].astype(jnp.float32) for k in total}
+    """Running chunk totals: running totals are replaced, every other metric is summed;
+    ``reduce`` divides the averaged ones."""
+    return {k: new[k].astype(jnp.float32) if is_running_total(k) else total[k] + new[k].astype(jnp.float32)
+            for k in total}
 
 
 def reduce(total: Metrics, iterations: jax.Array) -> Metrics:
-    """Chunk totals to chunk metrics: sums stay sums, the rest become means."""
-    return {k: v if is_summed(k) else v / iterations for k, v in total.items()}
+    """Chunk totals to chunk metrics: sums and running totals stay, the rest become means."""
+    return {k: v if is_summed(k) or is_running_total(k) else v / iterations for k, v in total.items()}
 
 
 def finalize(row: dict[str, np.ndarray]) -> dict[str, float | np.ndarray]:

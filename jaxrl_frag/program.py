@@ -110,8 +110,10 @@ class Program:
         iteration) or a state, up to iteration ``iterations`` (default: the algorithm's
         ``num_iterations``); returns the ``History``.
 
-        Each row holds ``iteration``, ``env_steps``, ``sps`` and the chunk's metrics, and
-        is passed to ``on_chunk`` as soon as its call returns. With ``checkpoints`` the
+        Each row holds ``iteration``, ``env_steps`` (after the chunk; the algorithm's
+        ``env_steps_total`` where it reports one), ``sps`` and the chunk's metrics, and
+        is passed to ``on_chunk`` as soon as its call returns. A run ends early once the
+        algorithm is ``finished``. With ``checkpoints`` the
         state is saved every ``checkpoints.every`` iterations, at the end and when
         ``stop()`` (asked after every call) returns true; ``meta`` is saved with it.
         Raises ``NonFiniteError`` at the first iteration whose state or metrics hold a
@@ -129,11 +131,12 @@ class Program:
         check(done <= iterations, "iterations", iterations,
               f"the run is already at iteration {done}; give a larger total to continue it")
         per_step = self.algorithm.steps_per_iteration
+        env_steps = np.asarray(start.meta.get("env_steps", done * per_step) if isinstance(start, Checkpoint) else 0.0)
         rows: list[Row] = []
-        chunks_per_call, stopped = 1, False
+        chunks_per_call, stopped, finished = 1, False, False
         if checkpoints is not None:
             checkpoints.delete_after(done)  # steps past the start belong to a run that did not survive
-        while done < iterations and not stopped:
+        while done < iterations and not stopped and not finished:
             # rows fall on multiples of chunk_iterations; a run resumed off that grid
             # (after a final partial chunk) first steps back onto it
             k = min(self.chunk_iterations - done % self.chunk_iterations, iterations - done)
@@ -144,25 +147,32 @@ class Program:
             state, call_rows, ran, flags = self._executor.call(state, chunks, k)
             call_rows, ran, flags = jax.device_get((call_rows, ran, flags))
             seconds = time.perf_counter() - start_time
+            ran = int(ran)
             bad = sorted(name for name, ok in flags.items() if not ok)
-            for c in range((int(ran) - 1) // k if bad else chunks):
-                done += k
-                row = {"iteration": float(done), "env_steps": float(done * per_step),
-                       "sps": chunks * k * per_step / seconds,
-                       **metrics_lib.finalize({name: values[c] for name, values in call_rows.items()})}
-                rows.append(row)
+            finished = not bad and ran < chunks * k  # the algorithm ended itself within the call
+            call_start = env_steps
+            call = []
+            for c in range((ran - 1) // k if bad else -(-ran // k)):  # chunks before a bad iteration; else all begun
+                done += min(k, ran - c * k)
+                metrics = metrics_lib.finalize({name: values[c] for name, values in call_rows.items()})
+                # where iterations vary in size, the algorithm's own count (per member in a population)
+                env_steps = metrics.pop("env_steps_total", float(done * per_step))
+                call.append({"iteration": float(done), "env_steps": env_steps, **metrics})
+            for row in call:
+                rows.append({**row, "sps": float(np.mean(env_steps - call_start)) / seconds})
                 if on_chunk is not None:
-                    on_chunk(row)
+                    on_chunk(rows[-1])
             if bad:
                 if checkpoints is not None:
                     checkpoints.wait()
                 graph = FragmentGraph.from_jaxpr(self._executor.trace_step())
-                raise NonFiniteError(done + 1 + (int(ran) - 1) % k, bad, graph.first_producer(bad))
+                raise NonFiniteError(done + 1 + (ran - 1) % k, bad, graph.first_producer(bad))
             chunks_per_call = _same_on_all_processes(max(1, round(chunks * self.seconds_per_call / max(seconds, 1e-6))))
-            stopped = stop is not None and _on_any_process(stop()) and done < iterations
-            if checkpoints is not None and ((every is not None and done % every == 0) or done == iterations or stopped):
+            stopped = stop is not None and _on_any_process(stop()) and done < iterations and not finished
+            end = done == iterations or stopped or finished
+            if checkpoints is not None and ((every is not None and done % every == 0) or end):
                 checkpoints.save(done, state, {**(meta or {}), "config": self.algorithm.config(),
-                                               "env_steps": done * per_step})
+                                               "env_steps": np.asarray(env_steps).tolist()})
         if checkpoints is not None:
             checkpoints.wait()
         return History(rows, state, done, bool(stopped))
@@ -281,8 +291,10 @@ def compile(  # noqa: A001
 
 
 def default_chunk_iterations(algorithm: Algorithm) -> int:
-    """Iterations per row of metrics by default: 50 rows per run, or 10 iterations a row
-    for an algorithm that sets no run length."""
+    """Iterations per row of metrics by default: 50 rows per run, 10 iterations a row for
+    an algorithm that sets no run length, one where iterations vary in size."""
+    if algorithm.iterations_vary:
+        return 1
     total = algorithm.num_iterations
     return max(1, total // 50) if total else 10
 

@@ -50,8 +50,10 @@ class A2C(ActorCriticRecipe):
         self, params: PyTree, opt_state: PyTree, traj: Transition, last_obs: jax.Array, key: jax.Array
     ) -> tuple[PyTree, PyTree, Metrics]:
         """Advantages, then one pass of ``num_minibatches`` updates."""
-        batch = self.gae_samples(params, traj, last_obs, self.gae_lambda)
-        return self.descend(params, opt_state, batch, key[None])
+        return self.descend(params, opt_state, self.samples(params, traj, last_obs), key[None])
+
+    def samples(self, params: PyTree, traj: Transition, last_obs: jax.Array) -> tuple[jax.Array, ...]:
+        return self.gae_samples(params, traj, last_obs, self.gae_lambda)
 
     def loss(self, params: PyTree, obs: jax.Array, action: jax.Array, old_log_prob: jax.Array,
              old_value: jax.Array, advantage: jax.Array, target: jax.Array) -> tuple[jax.Array, Metrics]:

@@ -45,6 +45,15 @@ class Transition(NamedTuple):
     final_value: jax.Array
 
 
+class Lesson(NamedTuple):
+    """What one iteration's learner learned from: the parameters it started from, the
+    rollout and the observations that followed it (``samples`` makes its batch)."""
+
+    params: PyTree
+    traj: Transition
+    last_obs: jax.Array
+
+
 @struct.dataclass
 class ActorCriticState:
     params: PyTree
@@ -134,14 +143,26 @@ class ActorCriticRecipe(Recipe):
         return ActorCriticState(params, self.optimizer().init(params), env_state, obs, key)
 
     def step(self, state: ActorCriticState) -> tuple[ActorCriticState, Metrics]:
+        state, metrics, _ = self.round(state)
+        return state, metrics
+
+    def round(self, state: ActorCriticState) -> tuple[ActorCriticState, Metrics, Lesson]:
+        """``step``, also returning what its learner learned from."""
         key, k_act, k_learn = jax.random.split(state.key, 3)
         traj, env_state, obs, episodes = self.rollout(state.params, state.env_state, state.obs, k_act)
         params, opt_state, losses = self.learn(state.params, state.opt_state, traj, obs, k_learn)
-        return ActorCriticState(params, opt_state, env_state, obs, key), {**episodes, **losses}
+        lesson = Lesson(state.params, traj, obs)
+        return ActorCriticState(params, opt_state, env_state, obs, key), {**episodes, **losses}, lesson
 
     def learn(self, params: PyTree, opt_state: PyTree, traj: Transition, last_obs: jax.Array,
               key: jax.Array) -> tuple[PyTree, PyTree, Metrics]:
-        """The learner fragment: new parameters and optimizer state from a rollout."""
+        """The learner fragment: new parameters and optimizer state from a rollout, by
+        ``descend`` on its ``samples``."""
+        raise NotImplementedError
+
+    def samples(self, params: PyTree, traj: Transition, last_obs: jax.Array) -> PyTree:
+        """The batch that ``learn`` cuts into minibatches for ``loss``, from a rollout
+        (leading axis: samples)."""
         raise NotImplementedError
 
     def loss(self, params: PyTree, *minibatch: Any) -> tuple[jax.Array, Metrics]:

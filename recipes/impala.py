@@ -64,9 +64,12 @@ class IMPALA(ActorCriticRecipe):
         self, params: PyTree, opt_state: PyTree, traj: Transition, last_obs: jax.Array, key: jax.Array
     ) -> tuple[PyTree, PyTree, Metrics]:
         """One V-trace actor-critic update per minibatch of environments."""
-        # environment-major, so that a minibatch holds whole trajectories
-        by_env = (jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj), last_obs)
-        return self.descend(params, opt_state, by_env, key[None])
+        return self.descend(params, opt_state, self.samples(params, traj, last_obs), key[None])
+
+    def samples(self, params: PyTree, traj: Transition, last_obs: jax.Array) -> tuple[Transition, jax.Array]:
+        """Environment-major trajectories and their following observations, so that a
+        minibatch holds whole trajectories."""
+        return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj), last_obs
 
     def loss(self, params: PyTree, traj: Transition, last_obs: jax.Array) -> tuple[jax.Array, Metrics]:
         """Policy-gradient loss with V-trace advantages + value regression to V-trace

@@ -8,7 +8,8 @@ counts are traced, so one executable serves every chunk and call length.
 With ``check_finite`` every iteration also reduces each state field and each
 metric to one flag, "holds only finite numbers"; the first iteration whose flags
 are not all set ends the call, so the host learns where a run went non-finite
-without a host sync per iteration.
+without a host sync per iteration. An algorithm that ends itself (``finished``:
+a spent budget) ends the call the same way, before its next iteration.
 """
 
 from __future__ import annotations
@@ -41,17 +42,17 @@ def finite_flags(state: PyTree, metrics: metrics_lib.Metrics) -> Flags:
 def run_chunk(
     algo: Algorithm, state: PyTree, iterations: jax.Array, check_finite: bool = False
 ) -> tuple[PyTree, metrics_lib.Metrics, jax.Array, Flags]:
-    """Up to ``iterations`` steps of ``algo``; metrics summed or averaged over them (see
-    ``metrics``). Returns the state, the metrics, the iterations run and the finite flags
-    of the last one (all set unless it went non-finite, which ends the chunk there, its
-    metrics then meaningless)."""
+    """Up to ``iterations`` steps of ``algo``, fewer once it is ``finished``; metrics
+    summed or averaged over those run (see ``metrics``). Returns the state, the metrics,
+    the iterations run and the finite flags of the last one (all set unless it went
+    non-finite, which ends the chunk there, its metrics then meaningless)."""
     state_shape, shapes = jax.eval_shape(algo.step, state)
     zeros = {k: jnp.zeros(v.shape, jnp.float32) for k, v in shapes.items()}
     no_flags = _all_set(state_shape, shapes) if check_finite else {}
 
     def running(carry: tuple[jax.Array, PyTree, metrics_lib.Metrics, Flags]) -> jax.Array:
-        i, _, _, flags = carry
-        return (i < iterations) & _all(flags)
+        i, state, _, flags = carry
+        return (i < iterations) & _all(flags) & ~algo.finished(state)
 
     def body(carry: tuple[jax.Array, PyTree, metrics_lib.Metrics, Flags]) -> tuple[Any, ...]:
         i, state, total, _ = carry
@@ -60,23 +61,24 @@ def run_chunk(
         return i + 1, state, metrics_lib.accumulate(total, metrics), flags
 
     ran, state, total, flags = jax.lax.while_loop(running, body, (jnp.int32(0), state, zeros, no_flags))
-    return state, metrics_lib.reduce(total, iterations.astype(jnp.float32)), ran, flags
+    return state, metrics_lib.reduce(total, jnp.maximum(ran, 1).astype(jnp.float32)), ran, flags
 
 
 def run_chunks(
     algo: Algorithm, state: PyTree, num_chunks: jax.Array, chunk_iterations: jax.Array, *, max_chunks: int,
     check_finite: bool = False,
 ) -> tuple[PyTree, metrics_lib.Metrics, jax.Array, Flags]:
-    """``num_chunks <= max_chunks`` chunks of ``chunk_iterations`` iterations; returns the
-    state, each metric's rows shaped ``[max_chunks, ...]`` (rows past ``num_chunks`` are
-    NaN), the iterations run and the finite flags of the last (see ``run_chunk``)."""
+    """``num_chunks <= max_chunks`` chunks of ``chunk_iterations`` iterations (fewer once
+    ``algo`` is ``finished``, the last chunk then partial); returns the state, each
+    metric's rows shaped ``[max_chunks, ...]`` (rows past those run are NaN), the
+    iterations run and the finite flags of the last (see ``run_chunk``)."""
     state_shape, shapes = jax.eval_shape(algo.step, state)
     rows = {k: jnp.full((max_chunks, *v.shape), jnp.nan, jnp.float32) for k, v in shapes.items()}
     no_flags = _all_set(state_shape, shapes) if check_finite else {}
 
     def running(carry: tuple[jax.Array, jax.Array, PyTree, metrics_lib.Metrics, Flags]) -> jax.Array:
-        c, _, _, _, flags = carry
-        return (c < num_chunks) & _all(flags)
+        c, _, state, _, flags = carry
+        return (c < num_chunks) & _all(flags) & ~algo.finished(state)
 
     def body(carry: tuple[jax.Array, jax.Array, PyTree, metrics_lib.Metrics, Flags]) -> tuple[Any, ...]:
         c, ran, state, rows, _ = carry

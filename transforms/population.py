@@ -58,6 +58,10 @@ class Population(Algorithm):
     def num_iterations(self) -> int | None:
         return self.members.num_iterations
 
+    @property
+    def iterations_vary(self) -> bool:
+        return self.members.iterations_vary
+
     def init(self, key: jax.Array) -> PyTree:
         """Every member's initial state from its own seed (``key`` is not used)."""
         del key
@@ -66,6 +70,10 @@ class Population(Algorithm):
 
     def step(self, state: PyTree) -> tuple[PyTree, Metrics]:
         return self._vmap(lambda member, s: member.step(s))(self.members, state)
+
+    def finished(self, state: PyTree) -> jax.Array:
+        """Whether every member is finished (those finished first idle until then)."""
+        return self._vmap(lambda member, s: member.finished(s))(self.members, state).all()
 
     def _vmap(self, fn: Any) -> Any:
         # with a population mesh axis, constraints inside the members keep it on the member axis

@@ -1,0 +1,405 @@
+"""Adaptive actor boosting (Nitro, PVLDB 2024): more environments in the rounds where
+the loss surface is locally convex, under a budget.
+
+A ``Boosted`` run keeps its recipe's state for ``ladder[-1]`` environments (the pool)
+and runs each round (one iteration of the recipe) at one rung of the ladder: on the
+pool's first ``n`` environments, the others keeping their state. The batch grows with
+the rung and the minibatch count stays fixed. Every rung is one branch of a
+conditional in the compiled training program, so the whole ladder is compiled ahead
+of time with it and moving between rungs is a branch taken on device: no recompiling,
+no host round trip.
+
+The controller runs on device too, and its state is part of the training state (and
+so of every checkpoint). Each round it chooses a rung from what earlier rounds showed:
+
+- ``nitro``: the curvature ratio ``-lambda_max / lambda_min`` of the learner's loss on
+  the round's batch (``curvature.extreme_eigenvalues``), decayed as ``R_t = ratio *
+  decay**t`` and scaled to ``boost_t`` in [0, 1] by the minimum and maximum of the last
+  ``window`` rounds;
+- ``gns``: the gradient noise scale (the critical batch) over the largest batch;
+- ``random``: ``boost_t`` uniform in [0, 1], the ablation of the signal;
+- ``fixed``: always ``fixed_actors``.
+
+The rung is the one nearest ``clip(top * boost_t, floor_t, top)``, where the floor
+falls geometrically from the top rung to the bottom one as the budget is spent. The
+budget is environment steps and, optionally, a cost: the actor's and the learner's
+device-seconds per round (``calibrate`` measures them per rung) at their prices. A
+round that would overspend runs at the largest rung that fits; when none fits the run
+is ``finished``. The learning rate anneals with the budget spent, where the recipe
+anneals it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import operator
+import time
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jaxrl_frag import curvature, envs, primitives
+from jaxrl_frag.algorithms import Algorithm, hyperparameter, static_field
+from jaxrl_frag.errors import ConfigError, check
+from jaxrl_frag.metrics import Metrics
+from jaxrl_frag.recipes.actor_critic import ActorCriticRecipe
+from jaxrl_frag.transforms.chunking import field_name
+
+PyTree = Any
+STRATEGIES = ("nitro", "gns", "random", "fixed")
+PROBING = ("nitro", "gns")
+
+
+@struct.dataclass
+class Controller:
+    """What the controller has counted and seen: rounds run, environment steps,
+    device-seconds and cost spent, the last ``window`` decayed curvature ratios (the
+    newest last; ``seen`` of them are real), running means of the gradient noise
+    terms ``(|G|^2, tr Sigma)``, and its own key."""
+
+    rounds: jax.Array
+    env_steps: jax.Array
+    seconds: jax.Array
+    cost: jax.Array
+    ratios: jax.Array
+    seen: jax.Array
+    noise: jax.Array
+    key: jax.Array
+
+
+@struct.dataclass
+class BoostState:
+    pool: PyTree  # the recipe's state over all ladder[-1] environments
+    controller: Controller
+
+
+@struct.dataclass
+class Boosted(Algorithm):
+    """A recipe run rung by rung on a ladder of environment counts, under a budget."""
+
+    recipe: ActorCriticRecipe  # its environment is the pool: ladder[-1] environments
+    rung_envs: tuple[envs.Env, ...] = static_field()
+    batched: tuple[tuple[str, int], ...] = static_field()  # the recipe state's environment-batched fields, axes
+    strategy: str = static_field("nitro", flag="--boost", help="nitro (curvature), gns (gradient noise scale), "
+                                 "random (ablation) or fixed (always --boost-fixed-actors)")
+    ladder: tuple[int, ...] = static_field((8, 16, 32, 64), flag="--boost-ladder",
+                                           help="environment counts a round may run at, ascending")
+    fixed_actors: int = static_field(0, flag="--boost-fixed-actors",
+                                     help="fixed: the rung every round runs at (0: the top)")
+    window: int = static_field(6, flag="--boost-window", help="nitro: rounds whose ratios scale the newest one")
+    probe_iterations: int = static_field(10, flag="--boost-probe-iterations",
+                                         help="Lanczos iterations of the curvature probe each round")
+    budget_steps: int = static_field(0, flag="--budget-steps",
+                                     help="environment steps the run may spend (0: the recipe's total_steps)")
+    decay: float = hyperparameter(0.96, flag="--boost-decay", help="nitro: R_t = ratio * decay**t")
+    noise_smoothing: float = hyperparameter(0.9, flag="--boost-noise-smoothing",
+                                            help="gns: weight of the past in the running means of the noise terms")
+    convexity_floor: float = hyperparameter(1e-3, flag="--boost-convexity-floor",
+                                            help="nitro: |lambda_min| counts as at least this fraction of "
+                                                 "lambda_max (bounds the ratio where the loss is convex)")
+    budget_cost: float = hyperparameter(float("inf"), flag="--budget-cost",
+                                        help="cost the run may spend: actor and learner device-seconds at their "
+                                             "prices (needs a calibrated run; inf: no limit)")
+    actor_price: float = hyperparameter(1.0, flag="--actor-price", help="cost of an actor device-second")
+    learner_price: float = hyperparameter(1.0, flag="--learner-price", help="cost of a learner device-second")
+    round_seconds: jax.Array = hyperparameter(None)  # [rungs, 3]: actor, learner and probe seconds of one round
+
+    counts: ClassVar[tuple[str, ...]] = ("window", "probe_iterations")
+
+    @classmethod
+    def settings(cls) -> list[dataclasses.Field]:
+        """The fields a user sets (each with its flag and help)."""
+        return [f for f in dataclasses.fields(cls) if "flag" in f.metadata]
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Every setting's default, by field name."""
+        return {f.name: f.default for f in cls.settings()}
+
+    @classmethod
+    def create(cls, recipe: ActorCriticRecipe, round_seconds: Any = None, **settings: Any) -> Boosted:
+        """``recipe`` (its ``num_envs`` aside) boosted with ``settings``; validated.
+        ``round_seconds`` (``[rungs, 3]``: actor, learner and probe seconds of a round at
+        each rung) is what ``calibrate`` measures; without it rounds cost nothing."""
+        names = [f.name for f in cls.settings()]
+        unknown = sorted(set(settings) - set(names))
+        if unknown:
+            raise ConfigError(unknown[0], settings[unknown[0]], f"not a boost setting; they are {', '.join(names)}")
+        s = cls.defaults() | settings
+        s["ladder"] = tuple(int(n) for n in s["ladder"])
+        s["budget_steps"] = int(s["budget_steps"] or recipe.total_steps)
+        ladder = s["ladder"]
+        check(isinstance(recipe, ActorCriticRecipe), "recipe", type(recipe).__name__,
+              "boosting runs on-policy recipes (ppo, a2c, impala); an off-policy recipe's replay buffer is shaped "
+              "by its environment count")
+        check(s["strategy"] in STRATEGIES, "boost", s["strategy"], f"choose one of {', '.join(STRATEGIES)} or off")
+        check(len(ladder) > 0 and all(n > 0 for n in ladder) and list(ladder) == sorted(set(ladder)), "boost_ladder",
+              ",".join(map(str, ladder)), "give distinct positive environment counts in ascending order, e.g. 8,16,32,64")
+        fixed = s["fixed_actors"] or ladder[-1]
+        check(fixed in ladder, "boost_fixed_actors", s["fixed_actors"],
+              f"must be a rung of the ladder ({', '.join(map(str, ladder))})")
+        for name in cls.counts:
+            check(int(s[name]) == s[name] and s[name] >= 2, f"boost_{name}", s[name], "must be an integer >= 2")
+        check(0 < s["decay"] <= 1, "boost_decay", s["decay"], "must lie in (0, 1]")
+        check(0 <= s["noise_smoothing"] < 1, "boost_noise_smoothing", s["noise_smoothing"], "must lie in [0, 1)")
+        check(s["convexity_floor"] > 0, "boost_convexity_floor", s["convexity_floor"], "must be positive")
+        for name in ("budget_cost", "actor_price", "learner_price"):
+            check(s[name] >= 0, name, s[name], "must be zero or positive")
+        check(s["strategy"] != "gns" or recipe.num_minibatches >= 2, "num_minibatches", recipe.num_minibatches,
+              "the gns strategy compares minibatch gradients: give at least 2 minibatches")
+        check(round_seconds is not None or s["budget_cost"] == float("inf"), "budget_cost", s["budget_cost"],
+              "needs the rounds' device-seconds: calibrate the run first (the command line does)")
+        smallest = ladder[0] * recipe.num_steps
+        check(s["budget_steps"] >= smallest, "budget_steps", s["budget_steps"],
+              f"must cover one round at the bottom rung ({ladder[0]} * num_steps = {smallest} steps); raise it")
+        kind = type(recipe)
+        own = {name: getattr(recipe, name) for name in kind.fields()}
+        rungs = []
+        for n in ladder:
+            try:
+                rungs.append(kind.create(recipe.env.name, **own | {"num_envs": n}))
+            except ConfigError as error:
+                raise ConfigError("boost_ladder", n, f"is a rung the recipe cannot run at: {error}") from None
+        top = rungs[-1]
+        shape = jax.eval_shape(top.init, jax.ShapeDtypeStruct((2,), jnp.uint32))
+        from jaxrl_frag import tracing  # the fragment graph, for the environment-batched fields
+
+        batched = tracing.batch_axes(jax.make_jaxpr(tracing.step)(top, shape))
+        seconds = np.zeros((len(ladder), 3), np.float32) if round_seconds is None else np.asarray(round_seconds)
+        check(seconds.shape == (len(ladder), 3), "round_seconds", seconds.shape, f"must be ({len(ladder)}, 3)")
+        return cls(top, tuple(r.env for r in rungs), tuple(sorted(batched.items())),
+                   round_seconds=jnp.asarray(seconds, jnp.float32), **s)
+
+    # -- sizes and costs -------------------------------------------------------------
+
+    @property
+    def steps_per_iteration(self) -> int:
+        """Environment steps of a round at the bottom rung (rounds vary: the rows' env
+        steps come from the metric ``env_steps_total``)."""
+        return self.ladder[0] * self.recipe.num_steps
+
+    @property
+    def num_iterations(self) -> int:
+        """The most rounds the budget allows (all at the bottom rung)."""
+        return self.budget_steps // self.steps_per_iteration
+
+    @property
+    def iterations_vary(self) -> bool:
+        return True
+
+    @property
+    def round_cost(self) -> jax.Array:
+        """The cost of one round at each rung."""
+        seconds = jnp.asarray(self.round_seconds)
+        return self.actor_price * seconds[..., 0] + self.learner_price * (seconds[..., 1] + seconds[..., 2])
+
+    def rung(self, index: int, lr: jax.Array | float) -> ActorCriticRecipe:
+        """The recipe at rung ``index``, its learning rate ``lr`` (annealing is the controller's)."""
+        return self.recipe.replace(num_envs=self.ladder[index], env=self.rung_envs[index], anneal_lr=False, lr=lr)
+
+    def progress(self, c: Controller) -> jax.Array:
+        """The fraction of the budget spent (of the steps or of the cost, whichever is further)."""
+        return jnp.maximum(c.env_steps / self.budget_steps, c.cost / self.budget_cost)
+
+    def affordable(self, c: Controller) -> jax.Array:
+        """For each rung, whether one more round at it fits in the budget."""
+        steps = jnp.asarray(self.ladder) * self.recipe.num_steps
+        return (c.env_steps + steps <= self.budget_steps) & (c.cost + self.round_cost <= self.budget_cost)
+
+    def finished(self, state: BoostState) -> jax.Array:
+        return ~self.affordable(state.controller).any()
+
+    # -- the algorithm -------------------------------------------------------------
+
+    def init(self, key: jax.Array) -> BoostState:
+        pool = self.recipe.replace(anneal_lr=False).init(key)
+        zero = jnp.zeros((), jnp.float32)
+        controller = Controller(jnp.int32(0), jnp.int32(0), zero, zero, jnp.zeros(self.window), jnp.int32(0),
+                                jnp.zeros(2), jax.random.fold_in(key, 1))
+        return BoostState(pool, controller)
+
+    def step(self, state: BoostState) -> tuple[BoostState, Metrics]:
+        c = state.controller
+        key, k_choose, k_probe = jax.random.split(c.key, 3)
+        boost, floor = self.boost(c, k_choose)
+        rung = self.choose(c, boost, floor)
+        lr = self.recipe.lr * (1.0 - self.progress(c)) if self.recipe.anneal_lr else self.recipe.lr
+        k_sample, k_probe = jax.random.split(k_probe)
+        rounds = [functools.partial(self._round, i, lr, k_sample) for i in range(len(self.ladder))]
+        _, like, sample_like = jax.eval_shape(rounds[0], state.pool)
+
+        def idle(pool: PyTree) -> tuple[PyTree, Metrics, PyTree]:
+            return pool, *jax.tree.map(jnp.zeros_like, (like, sample_like))
+
+        pool, metrics, sample = jax.lax.switch(rung, [*rounds, idle], state.pool)
+        signal = jnp.zeros(4)
+        if self.strategy in PROBING:
+            signal = jnp.where(rung < len(self.ladder), self.probe(self.rung(0, lr), state.pool.params, sample, k_probe), 0)
+        c = self.update(c, rung, signal, key)
+        actors = jnp.append(jnp.asarray(self.ladder), 0)[rung]
+        lambda_min, lambda_max, true_norm, trace = signal
+        probe = {"lambda_min": lambda_min, "lambda_max": lambda_max, "curvature_ratio": self.ratio(signal),
+                 "noise_scale": jnp.where(true_norm > 0, trace / true_norm, 0.0)} if self.strategy in PROBING else {}
+        return BoostState(pool, c), {
+            **metrics, **probe, "actors": actors, "boost": boost, "floor": floor,
+            "env_steps_total": c.env_steps, "device_seconds_total": c.seconds, "cost_total": c.cost}
+
+    def boost(self, c: Controller, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``(boost_t, floor_t)``: the strategy's wish in [0, 1] and the floor in actors."""
+        top, bottom = self.ladder[-1], self.ladder[0]
+        floor = top * (bottom / top) ** self.progress(c)
+        if self.strategy == "nitro":
+            recent = jnp.arange(self.window) >= self.window - c.seen
+            low = jnp.min(jnp.where(recent, c.ratios, jnp.inf))
+            high = jnp.max(jnp.where(recent, c.ratios, -jnp.inf))
+            boost = jnp.where(high > low, (c.ratios[-1] - low) / jnp.where(high > low, high - low, 1.0), 0.0)
+        elif self.strategy == "gns":
+            true_norm, trace = c.noise
+            critical = trace / jnp.where(true_norm > 0, true_norm, 1.0)  # samples per batch worth the noise
+            boost = jnp.where(c.seen == 0, 0.0,
+                              jnp.where(true_norm > 0, jnp.clip(critical / (top * self.recipe.num_steps), 0, 1), 1.0))
+        elif self.strategy == "random":
+            boost = jax.random.uniform(key)
+        else:
+            boost = jnp.float32(1.0)
+        return boost, floor
+
+    def choose(self, c: Controller, boost: jax.Array, floor: jax.Array) -> jax.Array:
+        """The rung of the next round: index into ``ladder``, or ``len(ladder)`` to idle
+        (the budget spent)."""
+        ladder = jnp.asarray(self.ladder)
+        top = self.ladder[-1]
+        if self.strategy == "fixed":
+            wanted = jnp.int32(self.ladder.index(self.fixed_actors or top))
+        else:
+            wanted = jnp.argmin(jnp.abs(ladder - jnp.clip(top * boost, floor, top)))
+        index = jnp.arange(len(self.ladder))
+        fitting = jnp.max(jnp.where(self.affordable(c) & (index <= wanted), index, -1))
+        return jnp.where(fitting >= 0, fitting, len(self.ladder))
+
+    def ratio(self, signal: jax.Array) -> jax.Array:
+        """``-lambda_max / lambda_min``, the positive curvature over the most negative's
+        magnitude; that magnitude counts as at least ``convexity_floor * lambda_max``."""
+        lambda_min, lambda_max = signal[0], signal[1]
+        tiny = jnp.finfo(jnp.float32).tiny
+        return lambda_max / jnp.maximum(jnp.maximum(-lambda_min, self.convexity_floor * jnp.abs(lambda_max)), tiny)
+
+    def update(self, c: Controller, rung: jax.Array, signal: jax.Array, key: jax.Array) -> Controller:
+        """The controller after a round at ``rung`` that measured ``signal``."""
+        ran = rung < len(self.ladder)
+        index = jnp.minimum(rung, len(self.ladder) - 1)
+        steps = jnp.where(ran, jnp.asarray(self.ladder)[index] * self.recipe.num_steps, 0)
+        seconds = jnp.where(ran, jnp.sum(jnp.asarray(self.round_seconds)[index]), 0.0)
+        cost = jnp.where(ran, self.round_cost[index], 0.0)
+        ratios, seen, noise = c.ratios, c.seen, c.noise
+        if self.strategy in PROBING:
+            probed = ran
+            decayed = self.ratio(signal) * self.decay ** c.rounds.astype(jnp.float32)
+            ratios = jnp.where(probed, jnp.append(c.ratios[1:], decayed), c.ratios)
+            measured = signal[2:]
+            mean = jnp.where(c.seen == 0, measured, self.noise_smoothing * c.noise + (1 - self.noise_smoothing) * measured)
+            noise = jnp.where(probed, mean, c.noise)
+            seen = jnp.where(probed, jnp.minimum(c.seen + 1, self.window), c.seen)
+        return Controller(c.rounds + ran, c.env_steps + steps, c.seconds + seconds, c.cost + cost, ratios, seen, noise,
+                          key)
+
+    def probe(self, recipe: ActorCriticRecipe, params: PyTree, sample: PyTree, key: jax.Array) -> jax.Array:
+        """``(lambda_min, lambda_max, |G|^2, tr Sigma)`` of ``recipe``'s loss at ``params`` on
+        ``sample`` (a round's batch cut to the bottom rung's size, so that the signal means
+        the same at every rung): the Hessian's extremes on one of its minibatches, the
+        gradient noise terms over all of them (zero with one minibatch)."""
+        k_split, k_start = jax.random.split(key)
+        minibatches = primitives.minibatches(k_split, sample, recipe.num_minibatches)
+
+        def loss(minibatch: Any) -> Any:
+            return lambda params: recipe.loss(params, *minibatch)[0]
+
+        first = jax.tree.map(lambda x: x[0], minibatches)
+        lambda_min, lambda_max = curvature.extreme_eigenvalues(loss(first), params, k_start, self.probe_iterations)
+        noise = jnp.zeros(2)
+        if recipe.num_minibatches > 1:
+            grads = jax.lax.map(lambda mb: jax.grad(loss(mb))(params), minibatches)
+            noise = jnp.stack(curvature.gradient_noise(grads, jax.tree.leaves(first)[0].shape[0]))
+        return jnp.stack([lambda_min, lambda_max, *noise])
+
+    def _round(self, index: int, lr: jax.Array, key: jax.Array, pool: PyTree) -> tuple[PyTree, Metrics, PyTree]:
+        """One round at rung ``index`` on the pool's first environments; the probe's
+        sample of its batch: as many samples, drawn at random, as a bottom-rung batch has."""
+        recipe = self.rung(index, lr)
+        state, metrics, lesson = recipe.round(self.take(pool, self.ladder[index]))
+        sample = ()
+        if self.strategy in PROBING:
+            batch = recipe.samples(lesson.params, lesson.traj, lesson.last_obs)
+            size = jax.tree.leaves(batch)[0].shape[0]
+            chosen = jax.random.permutation(key, size)[: size * self.ladder[0] // self.ladder[index]]
+            sample = jax.tree.map(lambda x: x[chosen], batch)
+        return self.put(pool, state), metrics, sample
+
+    def take(self, pool: PyTree, count: int) -> PyTree:
+        """The recipe state of the pool's first ``count`` environments."""
+        return self._map_batched(lambda x, axis: jax.lax.slice_in_dim(x, 0, count, axis=axis), lambda x: x, pool)
+
+    def put(self, pool: PyTree, state: PyTree) -> PyTree:
+        """``pool`` with its first environments' states replaced by ``state``'s (whose
+        other fields, parameters and statistics over all environments, replace the pool's)."""
+        return self._map_batched(lambda x, axis, new: jax.lax.dynamic_update_slice_in_dim(x, new, 0, axis),
+                                 lambda _, new: new, pool, state)
+
+    def _map_batched(self, batched: Any, other: Any, *trees: PyTree) -> PyTree:
+        """``batched(leaf, axis, ...)`` on every environment-batched leaf (per environment
+        along ``axis``), ``other(leaf, ...)`` on the rest (``primitives.Shared`` statistics too)."""
+        axes = dict(self.batched)
+
+        def apply(path: Any, leaf: Any, *rest: Any) -> Any:
+            axis = axes.get(field_name(path[0]))
+            if axis is None or isinstance(leaf, primitives.Shared) or leaf.ndim <= axis:
+                return other(leaf, *rest)
+            return batched(leaf, axis, *rest)
+
+        return jax.tree_util.tree_map_with_path(apply, *trees, is_leaf=lambda x: isinstance(x, primitives.Shared))
+
+    def config(self) -> dict[str, Any]:
+        own = {f.name: _plain(getattr(self, f.name)) for f in self.settings()}
+        return {**self.recipe.config(), **own, "round_seconds": np.asarray(self.round_seconds).tolist()}
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else np.asarray(value).tolist() if hasattr(value, "shape") else value
+
+
+def calibrate(boosted: Boosted, repeats: int = 5, key: jax.Array | None = None) -> Boosted:
+    """``boosted`` with its rounds' device-seconds measured on the default device: for
+    each rung, the median of ``repeats`` timed calls of the recipe's actor fragment, of
+    its learner fragment and of the probe, each compiled alone."""
+    state = jax.jit(boosted.init)(jax.random.PRNGKey(0) if key is None else key)
+    measured = []
+    for index, count in enumerate(boosted.ladder):
+        recipe = boosted.rung(index, boosted.recipe.lr)
+        start = boosted.take(state.pool, count)
+        rollout = jax.jit(recipe.rollout)
+        traj, _, obs, _ = rollout(start.params, start.env_state, start.obs, start.key)
+        learn = jax.jit(recipe.learn)
+        probe = jax.jit(functools.partial(boosted.probe, recipe))
+        batch = recipe.samples(start.params, traj, obs)
+        keep = jax.tree.leaves(batch)[0].shape[0] * boosted.ladder[0] // count
+        sample = jax.tree.map(operator.itemgetter(slice(0, keep)), batch)
+        seconds = [_seconds(rollout, (start.params, start.env_state, start.obs, start.key), repeats),
+                   _seconds(learn, (start.params, start.opt_state, traj, obs, start.key), repeats),
+                   _seconds(probe, (start.params, sample, start.key), repeats) if boosted.strategy in PROBING else 0.0]
+        measured.append(seconds)
+    return boosted.replace(round_seconds=jnp.asarray(measured, jnp.float32))
+
+
+def _seconds(fn: Any, args: tuple[Any, ...], repeats: int) -> float:
+    """The median wall time of ``fn(*args)`` over ``repeats`` calls, after one to compile."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
