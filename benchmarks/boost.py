@@ -155,12 +155,17 @@ def main() -> None:
           f"probe seconds) at rungs {ladder}: {np.round(seconds, 4).tolist()}; probe share {np.round(share, 3).tolist()}",
           flush=True)
 
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     for strategy in args.strategies.split(","):
         results[strategy] = run_strategy(strategy, args.env, ladder, budget, args.seeds, seconds, overrides)
         r = results[strategy]
         print(f"{strategy}: compiled {r['compile_s']:.0f} s, ran {r['run_s']:.0f} s, {r['rounds']} rounds", flush=True)
+        report(results, args, ladder, budget, overrides, seconds, share)  # after each: a cut-short run keeps its results
 
+
+def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, ladder: tuple[int, ...], budget: int,
+           overrides: dict[str, Any], seconds: np.ndarray, share: np.ndarray) -> None:
+    """Print the table and write the JSON record and the plot."""
     grid = np.linspace(0, budget, GRID + 1)[1:]
     summary = {name: summarize(r, budget) for name, r in results.items()}
     if "fixed-large" in summary:
@@ -185,7 +190,7 @@ def main() -> None:
               "curves": {name: {k: np.asarray(r[k]).tolist() for k in ("steps", "returns", "actors")}
                          for name, r in results.items()}}
     (args.out / f"{stem}.json").write_text(json.dumps(record))
-    print(f"\nwrote {args.out / stem}.json and .png")
+    print(f"\nwrote {args.out / stem}.json and .png", flush=True)
 
 
 if __name__ == "__main__":

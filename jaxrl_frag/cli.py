@@ -291,6 +291,9 @@ def _calibrated(args: argparse.Namespace, algorithms: list[Any]) -> list[Any]:
         return algorithms
     print("calibrating: timing each rung's actor, learner and probe", flush=True)
     seconds = boost.calibrate(algorithms[0]).round_seconds
+    for count, (actor, learner, probe) in zip(algorithms[0].ladder, np.asarray(seconds).tolist(), strict=True):
+        print(f"  {count} environments: a round takes {actor * 1e3:.1f} ms acting, {learner * 1e3:.1f} ms learning, "
+              f"{probe * 1e3:.1f} ms probing ({probe / (actor + learner + probe):.0%} of the round)")
     return [a.replace(round_seconds=seconds) for a in algorithms]
 
 

@@ -41,16 +41,19 @@ def population_curves(env_steps: Sequence[float], returns: np.ndarray, groups: S
                       title: str) -> Figure:
     """Mean episode return of each group of members (a hyperparameter setting over its
     seeds) against environment steps, shaded with its 95% bootstrap interval.
-    ``returns`` is ``[rows, members]``."""
+    ``returns`` is ``[rows, members]``; ``env_steps`` is ``[rows]``, or ``[rows, members]``
+    where members' iterations vary in size (a group is then drawn at its mean)."""
     fig = Figure(figsize=(8, 4.5))
     ax = fig.subplots()
+    steps_of = np.asarray(env_steps, np.float64)
     for label, members in groups:
         values = returns[:, list(members)]
+        steps = steps_of[:, list(members)].mean(axis=1) if steps_of.ndim == 2 else steps_of
         mean = np.nanmean(values, axis=1)
-        line = ax.plot(env_steps, mean, lw=1.6, label=f"{label} (n={len(members)})")[0]
+        line = ax.plot(steps, mean, lw=1.6, label=f"{label} (n={len(members)})")[0]
         if len(members) > 1:
             low, high = bootstrap_ci(np.nan_to_num(values, nan=np.nanmean(values)), axis=1)
-            ax.fill_between(env_steps, low, high, color=line.get_color(), alpha=0.2, lw=0)
+            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, lw=0)
     ax.set(xlabel="environment steps", ylabel="mean episode return", title=f"{title} (shaded: 95% bootstrap CI)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
