@@ -289,6 +289,8 @@ def _calibrated(args: argparse.Namespace, algorithms: list[Any]) -> list[Any]:
 
     if getattr(args, "boost", "off") == "off" or not (args.boost_calibrate or args.boost_budget_cost is not None):
         return algorithms
+    if getattr(args, "boost_round_seconds", None) is not None:  # resumed: as the run was calibrated
+        return [a.replace(round_seconds=np.asarray(args.boost_round_seconds, np.float32)) for a in algorithms]
     print("calibrating: timing each rung's actor, learner and probe", flush=True)
     seconds = boost.calibrate(algorithms[0]).round_seconds
     for count, (actor, learner, probe) in zip(algorithms[0].ladder, np.asarray(seconds).tolist(), strict=True):
@@ -339,6 +341,8 @@ def _train(args: argparse.Namespace) -> int:
     check(not args.resume or args.run_dir is not None, "resume", True, "give the --run-dir of the run to continue")
     if is_main_process():
         run_dir.check_free(args.overwrite, args.resume)
+    if args.resume:  # a boosted run keeps the rounds' device-seconds it was calibrated with
+        args.boost_round_seconds = run_dir.read_config().get("round_seconds")
     algo, members = _make_algorithm(args)
     config = _resolved_config(args, algo)
     if args.resume:
@@ -365,6 +369,7 @@ def _resume(args: argparse.Namespace) -> int:
                 "checkpoint_every": saved["checkpoint_every"], **overrides}
     train_args = build_parser().parse_args(["train", settings["recipe"], "--env", settings["env"]])
     vars(train_args).update(settings, resume=True, run_dir=run_dir.path, overwrite=False,
+                            boost_round_seconds=saved.get("round_seconds"),
                             coordinator=args.coordinator, num_processes=args.num_processes, process_id=args.process_id)
     algo, members = _make_algorithm(train_args)
     config = _resolved_config(train_args, algo)
@@ -420,6 +425,10 @@ def _run(args: argparse.Namespace, run_dir: Any, algo: Any, members: list[tuple[
     elif args.resume:  # killed before its first checkpoint: from the start is the same run
         say(f"no checkpoint in {checkpoints.directory} yet: starting the run from iteration 0")
     done = start.iteration if isinstance(start, Checkpoint) else 0
+    if isinstance(start, Checkpoint) and bool(algo.finished(start.state)):
+        checkpoints.close()
+        say(f"the run in {run_dir.path} is complete: its budget is spent ({done} iterations)")
+        return 0
     if done >= algo.num_iterations:
         checkpoints.close()
         check(done == algo.num_iterations, "total_steps", algo.num_iterations * algo.steps_per_iteration,

@@ -190,12 +190,15 @@ def test_the_controller_resumes_exactly_from_a_checkpoint(nitro_program: jf.Prog
     assert leaves_equal(rest.state, whole.state)
 
 
-def test_cli_boosted_run_writes_the_actor_counts(tmp_path: object) -> None:
+def test_cli_boosted_run_writes_the_actor_counts(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    """A calibrated gns run: one row per round with its actor count, within the budget;
+    resuming it keeps its calibration and finds it complete."""
     run_dir = tmp_path / "run"
     status = main(["train", "ppo", "--env", "CartPole-v1", "--boost", "gns", "--boost-ladder", "2,4,8",
                    "--budget-steps", "1200", "--num-steps", "16", "--hidden", "16", "--num-minibatches", "2",
-                   "--run-dir", str(run_dir)])
+                   "--boost-calibrate", "--run-dir", str(run_dir)])
     assert status == 0
+    assert "ms probing" in capsys.readouterr().out
     with open(run_dir / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     actors = [int(float(r["actors"])) for r in rows]
@@ -204,4 +207,10 @@ def test_cli_boosted_run_writes_the_actor_counts(tmp_path: object) -> None:
     assert 1200 - 2 * 16 < float(rows[-1]["env_steps"]) <= 1200
     config = json.loads((run_dir / "config.json").read_text())
     assert config["strategy"] == "gns" and config["ladder"] == list(LADDER) and config["chunk_iterations"] == 1
+    seconds = np.array(config["round_seconds"])
+    assert seconds.shape == (3, 3) and (seconds > 0).all()
+    np.testing.assert_allclose([float(rows[-1]["device_seconds_total"])],
+                               [sum(seconds[LADDER.index(a)].sum() for a in actors)], rtol=1e-4)
     assert (run_dir / "learning_curve.png").stat().st_size > 0
+    assert main(["resume", str(run_dir)]) == 0
+    assert "complete: its budget is spent" in capsys.readouterr().out
