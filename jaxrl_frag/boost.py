@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl_frag import curvature, envs, primitives
+from jaxrl_frag import curvature, envs, primitives, tracing
 from jaxrl_frag.algorithms import Algorithm, hyperparameter, static_field
 from jaxrl_frag.errors import ConfigError, check
 from jaxrl_frag.metrics import Metrics
@@ -147,7 +147,8 @@ class Boosted(Algorithm):
         check(0 < s["decay"] <= 1, "boost_decay", s["decay"], "must lie in (0, 1]")
         check(0 <= s["noise_smoothing"] < 1, "boost_noise_smoothing", s["noise_smoothing"], "must lie in [0, 1)")
         check(s["convexity_floor"] > 0, "boost_convexity_floor", s["convexity_floor"], "must be positive")
-        for name in ("budget_cost", "actor_price", "learner_price"):
+        check(s["budget_cost"] > 0, "budget_cost", s["budget_cost"], "must be positive (inf: no cost limit)")
+        for name in ("actor_price", "learner_price"):
             check(s[name] >= 0, name, s[name], "must be zero or positive")
         check(s["strategy"] != "gns" or recipe.num_minibatches >= 2, "num_minibatches", recipe.num_minibatches,
               "the gns strategy compares minibatch gradients: give at least 2 minibatches")
@@ -166,8 +167,6 @@ class Boosted(Algorithm):
                 raise ConfigError("boost_ladder", n, f"is a rung the recipe cannot run at: {error}") from None
         top = rungs[-1]
         shape = jax.eval_shape(top.init, jax.ShapeDtypeStruct((2,), jnp.uint32))
-        from jaxrl_frag import tracing  # the fragment graph, for the environment-batched fields
-
         batched = tracing.batch_axes(jax.make_jaxpr(tracing.step)(top, shape))
         seconds = np.zeros((len(ladder), 3), np.float32) if round_seconds is None else np.asarray(round_seconds)
         check(seconds.shape == (len(ladder), 3), "round_seconds", seconds.shape, f"must be ({len(ladder)}, 3)")
@@ -296,14 +295,13 @@ class Boosted(Algorithm):
         seconds = jnp.where(ran, jnp.sum(jnp.asarray(self.round_seconds)[index]), 0.0)
         cost = jnp.where(ran, self.round_cost[index], 0.0)
         ratios, seen, noise = c.ratios, c.seen, c.noise
-        if self.strategy in PROBING:
-            probed = ran
+        if self.strategy in PROBING:  # an idle round measured nothing
             decayed = self.ratio(signal) * self.decay ** c.rounds.astype(jnp.float32)
-            ratios = jnp.where(probed, jnp.append(c.ratios[1:], decayed), c.ratios)
+            ratios = jnp.where(ran, jnp.append(c.ratios[1:], decayed), c.ratios)
             measured = signal[2:]
             mean = jnp.where(c.seen == 0, measured, self.noise_smoothing * c.noise + (1 - self.noise_smoothing) * measured)
-            noise = jnp.where(probed, mean, c.noise)
-            seen = jnp.where(probed, jnp.minimum(c.seen + 1, self.window), c.seen)
+            noise = jnp.where(ran, mean, c.noise)
+            seen = jnp.where(ran, jnp.minimum(c.seen + 1, self.window), c.seen)
         return Controller(c.rounds + ran, c.env_steps + steps, c.seconds + seconds, c.cost + cost, ratios, seen, noise,
                           key)
 

@@ -52,7 +52,7 @@ CASES = [
     ([*TRAIN, "--boost", "nitro", "--budget-steps", "100"], ["budget_steps=100", "one round at the bottom rung"]),
     ([*TRAIN, "--boost", "nitro", "--boost-decay", "1.5"], ["boost_decay=1.5", "(0, 1]"]),
     ([*TRAIN, "--boost", "nitro", "--boost-window", "1"], ["boost_window=1", ">= 2"]),
-    ([*TRAIN, "--boost", "nitro", "--budget-cost=-1"], ["budget_cost=-1", "zero or positive"]),
+    ([*TRAIN, "--boost", "nitro", "--budget-cost=-1"], ["budget_cost=-1", "must be positive"]),
     ([*TRAIN, "--boost", "nitro", "--policy", "data-parallel"], ["policy='data-parallel'", "single or population"]),
     (["train", "dqn", "--env", "CartPole-v1", "--boost", "nitro"], ["recipe='DQN'", "on-policy recipes"]),
     (["train", "a2c", "--env", "CartPole-v1", "--boost", "gns"], ["num_minibatches=1", "at least 2 minibatches"]),
