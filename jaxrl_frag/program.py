@@ -113,9 +113,9 @@ class Program:
         Each row holds ``iteration``, ``env_steps`` (after the chunk; the algorithm's
         ``env_steps_total`` where it reports one), ``sps`` and the chunk's metrics, and
         is passed to ``on_chunk`` as soon as its call returns. A run ends early once the
-        algorithm is ``finished``. With ``checkpoints`` the
-        state is saved every ``checkpoints.every`` iterations, at the end and when
-        ``stop()`` (asked after every call) returns true; ``meta`` is saved with it.
+        algorithm is ``finished``. With ``checkpoints`` the state is saved every
+        ``checkpoints.every`` iterations, at the end and when ``stop()`` (asked after
+        every call) returns true; ``meta`` is saved with it.
         Raises ``NonFiniteError`` at the first iteration whose state or metrics hold a
         NaN or an infinity (with ``check_finite``), after the rows and checkpoints
         before it.
