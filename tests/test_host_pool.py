@@ -1,0 +1,87 @@
+"""Host environment pools: Gymnasium environments in worker processes, deterministic
+given the seed, stepped by groups in any order, and failing loudly and cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import gymnasium
+import numpy as np
+import pytest
+
+from jaxrl_frag.envs.host_pool import EnvWorkerError, HostEnvPool
+from jaxrl_frag.errors import ConfigError
+
+ENV, NUM_ENVS, SEED = "CartPole-v1", 4, 3
+
+
+def reference(actions: np.ndarray) -> list[tuple[np.ndarray, ...]]:
+    """The same environments stepped in this process: seeded ``SEED + i``, reset within the step."""
+    envs = [gymnasium.make(ENV) for _ in range(NUM_ENVS)]
+    obs = [env.reset(seed=SEED + i)[0] for i, env in enumerate(envs)]
+    out = [(np.stack(obs),)]
+    for step_actions in actions:
+        rows = []
+        for i, (env, action) in enumerate(zip(envs, step_actions, strict=True)):
+            o, r, term, trunc, _ = env.step(action)
+            final = o
+            if term or trunc:
+                o, _ = env.reset()
+            obs[i] = o
+            rows.append((o, r, term, trunc, final))
+        out.append(tuple(np.stack(c) for c in zip(*rows, strict=True)))
+    return out
+
+
+def test_a_pool_steps_as_the_environments_do_in_process() -> None:
+    """Two workers in two groups, 300 random steps (several episodes end): every
+    observation, reward, flag and final observation equals in-process stepping; the
+    groups sent together and received in reverse order give the same steps."""
+    actions = np.random.default_rng(0).integers(0, 2, size=(300, NUM_ENVS))
+    expected = reference(actions)
+    with HostEnvPool(ENV, NUM_ENVS, num_workers=2, groups=2, seed=SEED) as pool:
+        np.testing.assert_array_equal(pool.reset(), expected[0][0])
+        ended = 0
+        for t, step_actions in enumerate(actions):
+            if t % 2:
+                step = pool.step(step_actions)
+            else:
+                pool.send(0, step_actions[:2])
+                pool.send(1, step_actions[2:])
+                second, first = pool.receive(1), pool.receive(0)
+                step = type(first)(*(np.concatenate(pair) for pair in zip(first, second, strict=True)))
+            for got, want in zip(step, expected[t + 1], strict=True):
+                np.testing.assert_array_equal(got, want)
+            ended += int((step.terminated | step.truncated).sum())
+    assert ended >= 10
+
+
+def test_a_killed_worker_is_named_and_nothing_is_left_running() -> None:
+    pool = HostEnvPool(ENV, NUM_ENVS, num_workers=2, groups=2, seed=SEED)
+    pool.reset()
+    pids = [p.pid for p in pool._procs]
+    os.kill(pids[1], signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(EnvWorkerError, match=r"worker 1 \(environments 2-3 of CartPole-v1\) died"):
+        pool.step(np.zeros(NUM_ENVS, np.int64))
+    assert time.monotonic() - start < 5
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # reaped, not a zombie
+
+
+def test_an_environment_that_raises_is_named_with_its_traceback() -> None:
+    with HostEnvPool(ENV, NUM_ENVS, num_workers=2, seed=SEED) as pool:
+        pool.reset()
+        with pytest.raises(EnvWorkerError, match=r"(?s)worker 0 \(environments 0-1 of CartPole-v1\) raised.*invalid"):
+            pool.step(np.array([7, 0, 0, 0]))  # CartPole has actions 0 and 1
+        assert pool._procs == []
+
+
+def test_bad_pool_settings_are_refused_before_any_process_starts() -> None:
+    with pytest.raises(ConfigError, match="num_workers=3"):
+        HostEnvPool(ENV, 4, num_workers=3)
+    with pytest.raises(ConfigError, match="groups=3"):
+        HostEnvPool(ENV, 4, num_workers=2, groups=3)
