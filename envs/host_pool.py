@@ -175,7 +175,7 @@ class HostEnvPool:
         try:
             conn.send(message)
         except (BrokenPipeError, OSError):
-            self._fail(self._conns.index(conn), "could not be reached")
+            self._fail_dead(self._conns.index(conn))
 
     def _receive(self, worker: int) -> Any:
         """Worker ``worker``'s answer; on death, an error or a timeout, close the pool and raise."""
@@ -183,16 +183,21 @@ class HostEnvPool:
         deadline = time.monotonic() + self.timeout
         while not conn.poll(0.05):
             if not proc.is_alive():
-                self._fail(worker, f"died (exit code {proc.exitcode})")
+                self._fail_dead(worker)
             if time.monotonic() > deadline:
                 self._fail(worker, f"did not answer within {self.timeout:g} s")
         try:
             status, payload = conn.recv()
         except (EOFError, OSError):
-            self._fail(worker, f"died (exit code {proc.exitcode})")
+            self._fail_dead(worker)
         if status == "error":
             self._fail(worker, f"raised:\n{payload}")
         return payload
+
+    def _fail_dead(self, worker: int) -> NoReturn:
+        """Its pipe is closed: the worker is dead or dying; report its exit code."""
+        self._procs[worker].join(1.0)
+        self._fail(worker, f"died (exit code {self._procs[worker].exitcode})")
 
     def _fail(self, worker: int, what: str) -> NoReturn:
         held = self._held(worker)
