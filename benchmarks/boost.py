@@ -44,13 +44,13 @@ def run_strategy(strategy: str, env: str, ladder: tuple[int, ...], budget: int, 
                  seconds: np.ndarray, overrides: dict[str, Any]) -> dict[str, Any]:
     """One strategy's population: per seed, its curve (env steps, return, actors), and
     the compile and run wall times."""
-    top = PPO.create(env, **overrides, num_envs=ladder[-1], total_steps=budget)
     if strategy.startswith("fixed"):
         count = ladder[0] if strategy == "fixed-small" else ladder[-1]
         algo = PPO.create(env, **overrides, num_envs=count, total_steps=budget)
         round_seconds = seconds[ladder.index(count), :2].sum()
     else:
         table = seconds if strategy in boost.PROBING else seconds * np.array([1, 1, 0])
+        top = PPO.create(env, **overrides, num_envs=ladder[-1], total_steps=budget)
         algo = boost.Boosted.create(top, round_seconds=table, strategy=strategy, ladder=ladder, budget_steps=budget)
     t0 = time.perf_counter()
     program = jf.compile(Population.of([algo] * seeds, list(range(seeds))), chunk_iterations=1)
@@ -69,12 +69,18 @@ def run_strategy(strategy: str, env: str, ladder: tuple[int, ...], budget: int, 
             "compile_s": compile_s, "run_s": run_s, "rounds": len(steps)}
 
 
+def ran(steps: np.ndarray) -> np.ndarray:
+    """Per round and seed, whether the seed played the round (a finished seed idles
+    until the population finishes)."""
+    return np.diff(steps, axis=0, prepend=0) > 0
+
+
 def on_grid(steps: np.ndarray, values: np.ndarray, grid: np.ndarray) -> np.ndarray:
     """Each seed's ``values`` (rows of rounds, NaN where no episode ended) read at the
     environment steps ``grid``: the last value at or before each point."""
     out = np.full((len(grid), steps.shape[1]), np.nan)
     for seed in range(steps.shape[1]):
-        ok = ~np.isnan(values[:, seed]) & (np.diff(steps[:, seed], prepend=0) > 0)  # rounds it ran, not idled
+        ok = ~np.isnan(values[:, seed]) & ran(steps)[:, seed]
         if ok.any():
             at = np.searchsorted(steps[ok, seed], grid, side="right") - 1
             out[:, seed] = np.where(at >= 0, values[ok, seed][np.maximum(at, 0)], np.nan)
@@ -86,15 +92,15 @@ def summarize(result: dict[str, Any], budget: int) -> dict[str, Any]:
     steps, returns = result["steps"], result["returns"]
     finals = []
     for seed in range(steps.shape[1]):
-        ran = np.diff(steps[:, seed], prepend=0) > 0
-        late = ran & (steps[:, seed] > 0.9 * steps[ran, seed].max()) & ~np.isnan(returns[:, seed])
+        played = ran(steps)[:, seed]
+        late = played & (steps[:, seed] > 0.9 * steps[played, seed].max()) & ~np.isnan(returns[:, seed])
         finals.append(float(returns[late, seed].mean()))
     finals = np.array(finals)
     low, high = bootstrap_ci(finals)
     return {"final_mean": float(finals.mean()), "ci_low": float(low), "ci_high": float(high),
             "finals": finals.tolist(), "env_steps": float(steps[-1].mean()),
             "device_seconds": float(result["device_seconds"][-1].mean()), "rounds": result["rounds"],
-            "mean_actors": float(np.nanmean(np.where(np.diff(steps, axis=0, prepend=0) > 0, result["actors"], np.nan))),
+            "mean_actors": float(np.nanmean(np.where(ran(steps), result["actors"], np.nan))),
             "compile_s": result["compile_s"], "run_s": result["run_s"]}
 
 

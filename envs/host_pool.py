@@ -116,8 +116,8 @@ class HostEnvPool:
 
     def reset(self) -> np.ndarray:
         """Every environment's first observation (environment ``i`` seeded ``seed + i``)."""
-        for conn in self._conns:
-            self._send(conn, ("reset", None))
+        for w in range(len(self._conns)):
+            self._send(w, ("reset", None))
         return np.concatenate([self._receive(w) for w in range(len(self._conns))])
 
     def send(self, group: int, actions: np.ndarray) -> None:
@@ -126,7 +126,7 @@ class HostEnvPool:
         check(len(actions) == self.group_size, "actions", np.shape(actions),
               f"give one action per environment of the group ({self.group_size})")
         for i, w in enumerate(self._group_workers(group)):
-            self._send(self._conns[w], ("step", actions[i * self.per_worker:(i + 1) * self.per_worker]))
+            self._send(w, ("step", actions[i * self.per_worker:(i + 1) * self.per_worker]))
 
     def receive(self, group: int) -> HostStep:
         """Wait for ``group``'s step (started by ``send``)."""
@@ -171,11 +171,11 @@ class HostEnvPool:
         first = worker * self.per_worker
         return f"environments {first}-{first + self.per_worker - 1} of {self.env_id}"
 
-    def _send(self, conn: Connection, message: tuple[str, Any]) -> None:
+    def _send(self, worker: int, message: tuple[str, Any]) -> None:
         try:
-            conn.send(message)
+            self._conns[worker].send(message)
         except (BrokenPipeError, OSError):
-            self._fail_dead(self._conns.index(conn))
+            self._fail_dead(worker)
 
     def _receive(self, worker: int) -> Any:
         """Worker ``worker``'s answer; on death, an error or a timeout, close the pool and raise."""

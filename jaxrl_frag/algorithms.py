@@ -92,7 +92,7 @@ class Algorithm:
                 value = value.name
             elif callable(value):
                 continue
-            out[f.name] = _plain(value)
+            out[f.name] = plain(value)
         return out
 
 
@@ -124,7 +124,7 @@ class FunctionAlgorithm(Algorithm):
         leaves = jax.tree_util.tree_leaves_with_path(self.hparams)
         return {
             "step": self.step_fn.__name__,
-            **{jax.tree_util.keystr(p): _plain(v) for p, v in leaves},
+            **{jax.tree_util.keystr(p): plain(v) for p, v in leaves},
         }
 
 
@@ -148,9 +148,9 @@ def algorithm(
     return wrap
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """A JSON-ready copy: arrays (a population's stacked hyperparameters too) and tuples
     become lists or numbers."""
     if isinstance(value, tuple):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return np.asarray(value).tolist() if hasattr(value, "shape") else value

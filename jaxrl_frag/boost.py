@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import operator
 import time
 from typing import Any, ClassVar
 
@@ -43,7 +42,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl_frag import curvature, envs, primitives, tracing
-from jaxrl_frag.algorithms import Algorithm, hyperparameter, static_field
+from jaxrl_frag.algorithms import Algorithm, hyperparameter, plain, static_field
 from jaxrl_frag.errors import ConfigError, check
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes.actor_critic import ActorCriticRecipe
@@ -329,13 +328,15 @@ class Boosted(Algorithm):
         sample of its batch: as many samples, drawn at random, as a bottom-rung batch has."""
         recipe = self.rung(index, lr)
         state, metrics, lesson = recipe.round(self.take(pool, self.ladder[index]))
-        sample = ()
-        if self.strategy in PROBING:
-            batch = recipe.samples(lesson.params, lesson.traj, lesson.last_obs)
-            size = jax.tree.leaves(batch)[0].shape[0]
-            chosen = jax.random.permutation(key, size)[: size * self.ladder[0] // self.ladder[index]]
-            sample = jax.tree.map(lambda x: x[chosen], batch)
+        sample = self.sample(index, recipe.samples(*lesson), key) if self.strategy in PROBING else ()
         return self.put(pool, state), metrics, sample
+
+    def sample(self, index: int, batch: PyTree, key: jax.Array) -> PyTree:
+        """The probe's sample of a batch from rung ``index``: as many samples, drawn at
+        random, as a bottom-rung batch has."""
+        size = jax.tree.leaves(batch)[0].shape[0]
+        chosen = jax.random.permutation(key, size)[: size * self.ladder[0] // self.ladder[index]]
+        return jax.tree.map(lambda x: x[chosen], batch)
 
     def take(self, pool: PyTree, count: int) -> PyTree:
         """The recipe state of the pool's first ``count`` environments."""
@@ -361,12 +362,8 @@ class Boosted(Algorithm):
         return jax.tree_util.tree_map_with_path(apply, *trees, is_leaf=lambda x: isinstance(x, primitives.Shared))
 
     def config(self) -> dict[str, Any]:
-        own = {f.name: _plain(getattr(self, f.name)) for f in self.settings()}
-        return {**self.recipe.config(), **own, "round_seconds": np.asarray(self.round_seconds).tolist()}
-
-
-def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else np.asarray(value).tolist() if hasattr(value, "shape") else value
+        own = {f.name: plain(getattr(self, f.name)) for f in self.settings()}
+        return {**self.recipe.config(), **own, "round_seconds": plain(self.round_seconds)}
 
 
 def calibrate(boosted: Boosted, repeats: int = 5, key: jax.Array | None = None) -> Boosted:
@@ -382,9 +379,7 @@ def calibrate(boosted: Boosted, repeats: int = 5, key: jax.Array | None = None) 
         traj, _, obs, _ = rollout(start.params, start.env_state, start.obs, start.key)
         learn = jax.jit(recipe.learn)
         probe = jax.jit(functools.partial(boosted.probe, recipe))
-        batch = recipe.samples(start.params, traj, obs)
-        keep = jax.tree.leaves(batch)[0].shape[0] * boosted.ladder[0] // count
-        sample = jax.tree.map(operator.itemgetter(slice(0, keep)), batch)
+        sample = boosted.sample(index, recipe.samples(start.params, traj, obs), start.key)
         seconds = [_seconds(rollout, (start.params, start.env_state, start.obs, start.key), repeats),
                    _seconds(learn, (start.params, start.opt_state, traj, obs, start.key), repeats),
                    _seconds(probe, (start.params, sample, start.key), repeats) if boosted.strategy in PROBING else 0.0]

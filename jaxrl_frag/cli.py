@@ -70,13 +70,17 @@ def _add_recipe_flags(parser: argparse.ArgumentParser, recipe: type) -> None:
             continue
         flag = "--" + field.name.replace("_", "-")
         help_text = f"{field.metadata.get('help', '')} (default {field.default!r})"
-        kind = hints[field.name]
-        if kind is bool:
+        if hints[field.name] is bool:
             group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         else:
-            name = getattr(kind, "__name__", str(kind)) if kind in (int, float, str) else str(kind)
-            group.add_argument(flag, type=_PARSERS[name.replace("typing.", "")], default=None, metavar=field.name.upper(),
+            group.add_argument(flag, type=_parser(hints[field.name]), default=None, metavar=field.name.upper(),
                                help=help_text)
+
+
+def _parser(hint: Any) -> Callable[[str], Any]:
+    """The parser of a flag for a field with type ``hint``."""
+    name = getattr(hint, "__name__", str(hint)) if hint in (int, float, str) else str(hint)
+    return _PARSERS[name.replace("typing.", "")]
 
 
 def _add_boost_flags(parser: argparse.ArgumentParser) -> None:
@@ -84,14 +88,14 @@ def _add_boost_flags(parser: argparse.ArgumentParser) -> None:
     from jaxrl_frag.boost import STRATEGIES, Boosted
 
     group = parser.add_argument_group("actor boosting (ppo, a2c, impala; single or population policy)")
+    hints = typing.get_type_hints(Boosted)
     for field in Boosted.settings():
         flag, help_text = field.metadata["flag"], f"{field.metadata['help']} (default {field.default!r})"
         if field.name == "strategy":
             group.add_argument(flag, dest="boost", choices=(*STRATEGIES, "off"), default="off",
                                help=f"{help_text}; off: a fixed --num-envs (default off)")
             continue
-        kind = {"ladder": "tuple[int, ...]", "budget_cost": "float"}.get(field.name, type(field.default).__name__)
-        group.add_argument(flag, dest=f"boost_{field.name}", type=_PARSERS[kind], default=None,
+        group.add_argument(flag, dest=f"boost_{field.name}", type=_parser(hints[field.name]), default=None,
                            metavar=field.name.upper(), help=help_text)
     group.add_argument("--boost-calibrate", action="store_true",
                        help="time each rung's actor, learner and probe first, so that rows report device-seconds "
@@ -255,41 +259,46 @@ def _make_algorithm(args: argparse.Namespace) -> tuple[Any, list[tuple[dict[str,
         check(args.chunk_iterations > 0, "chunk_iterations", args.chunk_iterations, "must be a positive iteration count")
     overrides = _recipe_overrides(args, args.recipe_cls)
     boosting = getattr(args, "boost", "off") != "off"
+    boost_settings = _boost_settings(args) if boosting else {}
+    ladder = boost_settings.get("ladder", Boosted.defaults()["ladder"])
+    calibrating = boosting and (args.boost_calibrate or args.boost_budget_cost is not None)
     if boosting:
         check(args.policy in ("single", "population"), "policy", args.policy,
               "boosted runs take the single or population policy (the ladder slices one environment pool)")
         check("num_envs" not in overrides, "num_envs", overrides.get("num_envs"),
               "a boosted run's environment counts are its --boost-ladder; drop --num-envs")
-        overrides["num_envs"] = (args.boost_ladder or Boosted.defaults()["ladder"])[-1]
-    calibrating = boosting and (args.boost_calibrate or args.boost_budget_cost is not None)
+        overrides["num_envs"] = ladder[-1]
 
     def build(**settings: Any) -> Any:
         recipe = args.recipe_cls.create(args.env, **settings)
         if not boosting:
             return recipe
-        boost_settings = _boost_settings(args)
         # calibrated after every setting is validated: until then rounds cost nothing
-        seconds = np.zeros((len(boost_settings.get("ladder", Boosted.defaults()["ladder"])), 3)) if calibrating else None
+        seconds = np.zeros((len(ladder), 3)) if calibrating else None
         return Boosted.create(recipe, round_seconds=seconds, **boost_settings)
 
     if args.seeds == 1 and not args.sweep:
         check(args.samples is None, "samples", args.samples, "--samples is for random search with --sweep")
-        return _calibrated(args, [build(**overrides)])[0], None
-    setting_list = sweeps.settings(args.sweep, args.samples, args.seed)
-    sweeps.check_traced(args.recipe_cls, list(setting_list[0]))
-    members = sweeps.members(setting_list, args.seeds, args.seed)
-    algorithms = _calibrated(args, [build(**{**overrides, **setting}) for setting, _ in members])
+        algorithms, members = [build(**overrides)], None
+    else:
+        setting_list = sweeps.settings(args.sweep, args.samples, args.seed)
+        sweeps.check_traced(args.recipe_cls, list(setting_list[0]))
+        members = sweeps.members(setting_list, args.seeds, args.seed)
+        algorithms = [build(**{**overrides, **setting}) for setting, _ in members]
+    if calibrating:
+        algorithms = _calibrated(args, algorithms)
+    if members is None:
+        return algorithms[0], None
     return Population.of(algorithms, [seed for _, seed in members]), members
 
 
 def _calibrated(args: argparse.Namespace, algorithms: list[Any]) -> list[Any]:
-    """Boosted ``algorithms`` with their rounds' device-seconds measured, where asked for
-    (one calibration serves every member: the rounds' sizes do not depend on them)."""
+    """Boosted ``algorithms`` with their rounds' device-seconds measured (one calibration
+    serves every member: the rounds' sizes do not depend on them), or as the resumed run
+    was calibrated."""
     from jaxrl_frag import boost
 
-    if getattr(args, "boost", "off") == "off" or not (args.boost_calibrate or args.boost_budget_cost is not None):
-        return algorithms
-    if getattr(args, "boost_round_seconds", None) is not None:  # resumed: as the run was calibrated
+    if getattr(args, "boost_round_seconds", None) is not None:
         return [a.replace(round_seconds=np.asarray(args.boost_round_seconds, np.float32)) for a in algorithms]
     print("calibrating: timing each rung's actor, learner and probe", flush=True)
     seconds = boost.calibrate(algorithms[0]).round_seconds

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+import pytest
 
 import jaxrl_frag as jf
 
@@ -29,13 +30,18 @@ def last_rows(history: jf.History, rows: int) -> float:
     return float(np.mean(returns[np.isfinite(returns)][-rows:]))
 
 
-def test_dqn_cartpole_reaches_400_within_2e5_steps() -> None:
-    # defaults: double DQN, 8 envs, 8 updates of 128 per 64 steps, target every 25 updates; random play: about 22.
-    # 4 seeds measured: 500, 500, 490, 500 (benchmarks/RESULTS.md)
-    algo = jf.recipes.DQN.create("CartPole-v1")
-    history = jf.compile(algo).run(jax.random.PRNGKey(0))
-    assert history.final["env_steps"] <= 200_000
-    assert last_rows(history, 5) >= 400, history["episode_return"]
+@pytest.mark.parametrize(("recipe", "budget", "threshold"), [
+    # double DQN, 8 envs, 8 updates of 128 per 64 steps, target every 25 updates; 4 seeds measured 500, 500, 490, 500
+    ("DQN", 200_000, 400),
+    # A2C, 16 envs x 8 steps, one update per iteration; 4 seeds measured 500, 500, 460, 409
+    ("A2C", 500_000, 300),
+])
+def test_cartpole_at_the_recipes_defaults_reaches_the_threshold(recipe: str, budget: int, threshold: float) -> None:
+    """Random play scores about 22; the budgets are the recipes' default run lengths
+    (measurements in benchmarks/RESULTS.md)."""
+    history = jf.compile(getattr(jf.recipes, recipe).create("CartPole-v1")).run(jax.random.PRNGKey(0))
+    assert history.final["env_steps"] <= budget
+    assert last_rows(history, 5) >= threshold, history["episode_return"]
 
 
 def test_sac_pendulum_beats_random_by_far_within_12k_steps() -> None:
@@ -43,14 +49,6 @@ def test_sac_pendulum_beats_random_by_far_within_12k_steps() -> None:
     algo = jf.recipes.SAC.create("Pendulum-v1", total_steps=12_000)
     history = jf.compile(algo).run(jax.random.PRNGKey(0))
     assert last_rows(history, 3) >= -400, history["episode_return"]
-
-
-def test_a2c_cartpole_reaches_300_within_5e5_steps() -> None:
-    # defaults: 16 envs x 8 steps, one update per iteration; random play: about 22
-    algo = jf.recipes.A2C.create("CartPole-v1")
-    history = jf.compile(algo).run(jax.random.PRNGKey(0))
-    assert history.final["env_steps"] <= 500_000
-    assert last_rows(history, 5) >= 300, history["episode_return"]
 
 
 def test_the_last_return_skips_a_short_last_row_without_episode_ends() -> None:
