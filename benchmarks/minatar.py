@@ -52,7 +52,7 @@ def main() -> None:
 
     steps = history["env_steps"]
     returns = history["episode_return"].reshape(len(steps), args.seeds)
-    print(f"PPO on {args.env}, torso {args.torso} (network conv: {algo.conv}), {args.seeds} seeds x "
+    print(f"PPO on {args.env}, torso {args.torso} (network torso: {algo.network_torso}), {args.seeds} seeds x "
           f"{int(steps[-1]):,} steps; compile {compile_s:.1f} s, train {train_s:.1f} s, "
           f"{args.seeds * steps[-1] / train_s:,.0f} steps/s")
     print("| env steps | " + " | ".join(f"seed {s} return" for s in range(args.seeds)) + " |")

@@ -1,8 +1,11 @@
-"""Environments: the pure ``Env`` protocol, gymnax and Brax adapters, and wrappers."""
+"""Environments: the pure ``Env`` protocol, gymnax and Brax adapters, wrappers, and host
+environments (Gymnasium, Atari) in worker processes."""
 
 from jaxrl_frag.envs.brax_env import BraxEnv
-from jaxrl_frag.envs.core import Box, Discrete, Env, Space, TimeStep, Wrapper
+from jaxrl_frag.envs.core import Box, Discrete, Env, Space, Steps, TimeStep, Wrapper
 from jaxrl_frag.envs.gymnax_env import GymnaxEnv
+from jaxrl_frag.envs.host_env import HostEnv, is_host
+from jaxrl_frag.envs.host_pool import EnvWorkerError
 from jaxrl_frag.envs.registry import available, make, register
 from jaxrl_frag.envs.wrappers import (
     EpisodeStatistics,
@@ -13,6 +16,7 @@ from jaxrl_frag.envs.wrappers import (
 )
 
 __all__ = [
-    "Box", "BraxEnv", "Discrete", "Env", "EpisodeStatistics", "GymnaxEnv", "NormalizeObservation",
-    "RunningMoments", "ScaleReward", "Space", "TimeStep", "VecEnv", "Wrapper", "available", "make", "register",
+    "Box", "BraxEnv", "Discrete", "Env", "EnvWorkerError", "EpisodeStatistics", "GymnaxEnv", "HostEnv",
+    "NormalizeObservation", "RunningMoments", "ScaleReward", "Space", "Steps", "TimeStep", "VecEnv", "Wrapper",
+    "available", "is_host", "make", "register",
 ]

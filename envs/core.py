@@ -10,6 +10,7 @@ target bootstraps from V(final_obs); on a termination it does not.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -61,6 +62,31 @@ class TimeStep(NamedTuple):
         return self.terminated | self.truncated
 
 
+class Steps(NamedTuple):
+    """Environment steps, time-major ``[T, N, ...]``: the observation acted on, the
+    action, and what followed. ``next_obs`` is the observation the action led to,
+    before any reset (the one that ended the episode where it ended)."""
+
+    obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    next_obs: jax.Array
+
+
+class Ended(NamedTuple):
+    """Per step ``[T, N]``: whether an episode ended, and its return and length (read where it did)."""
+
+    done: jax.Array
+    episode_return: jax.Array
+    episode_length: jax.Array
+
+
+# act(obs, key) -> (action to record, action to send to the environment, anything else to keep per step)
+Act = Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array, PyTree]]
+
+
 class Env:
     """Base of every environment and wrapper.
 
@@ -86,6 +112,26 @@ class Env:
     def step(self, key: jax.Array, state: PyTree, action: jax.Array) -> tuple[PyTree, TimeStep]:
         """Returns ``(state, timestep)``; a finished episode is reset in the same call."""
         raise NotImplementedError
+
+    def rollout(self, act: Act, state: PyTree, obs: jax.Array, key: jax.Array,
+                num_steps: int) -> tuple[Steps, PyTree, PyTree, jax.Array, Ended]:
+        """``num_steps`` steps of this batch from ``(state, obs)``, each action chosen by
+        ``act``: the ``Steps``, ``act``'s extras stacked, the state and observation after
+        the last step, and the episodes that ended (from ``EpisodeStatistics``'s info).
+        A ``lax.scan`` of ``act`` then ``step``; an environment outside XLA schedules
+        its steps its own way (``HostEnv``)."""
+
+        def one_step(carry: tuple[PyTree, jax.Array, jax.Array], _: None) -> tuple[Any, Any]:
+            state, obs, key = carry
+            key, k_act, k_env = jax.random.split(key, 3)
+            action, env_action, extra = act(obs, k_act)
+            state, ts = self.step(k_env, state, env_action)
+            step = Steps(obs, action, ts.reward, ts.terminated, ts.truncated, ts.final_obs)
+            ended = Ended(ts.done, ts.info["episode_return"], ts.info["episode_length"])
+            return (state, ts.obs, key), (step, extra, ended)
+
+        (state, obs, _), (steps, extras, ended) = jax.lax.scan(one_step, (state, obs, key), None, num_steps)
+        return steps, extras, state, obs, ended
 
 
 @dataclasses.dataclass(frozen=True)

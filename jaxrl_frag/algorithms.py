@@ -61,6 +61,12 @@ class Algorithm:
         """One training iteration: ``(state, metrics)`` with scalar metrics."""
         raise NotImplementedError
 
+    def resumed(self, state: PyTree) -> PyTree:
+        """The state a run restored from a checkpoint continues from: ``state`` itself,
+        unless part of the training lives outside it (host environments, which start
+        afresh). Called outside any transformation, on the restored state."""
+        return state
+
     def finished(self, state: PyTree) -> jax.Array:
         """Whether the run is over before ``num_iterations`` (its budget spent): no
         iteration runs from a finished state. Never, by default."""

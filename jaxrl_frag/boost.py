@@ -136,6 +136,9 @@ class Boosted(Algorithm):
               "boosting runs on-policy recipes (ppo, a2c, impala); an off-policy recipe's replay buffer is shaped "
               "by its environment count")
         check(s["strategy"] in STRATEGIES, "boost", s["strategy"], f"choose one of {', '.join(STRATEGIES)} or off")
+        check(not isinstance(recipe.env, envs.HostEnv), "boost", s["strategy"],
+              "slices a pool of JAX environments by rung; host environments (gymnasium:, ale:) are a fixed pool of "
+              "workers: turn boosting off")
         check(len(ladder) > 0 and all(n > 0 for n in ladder) and list(ladder) == sorted(set(ladder)), "boost_ladder",
               ",".join(map(str, ladder)), "give distinct positive environment counts in ascending order, e.g. 8,16,32,64")
         fixed = s["fixed_actors"] or ladder[-1]

@@ -2,13 +2,15 @@
 
     jaxrl-frag train ppo --env CartPole-v1 [--total-steps N] [--num-envs N] [--seed S] [--run-dir DIR]
     jaxrl-frag train ppo --env CartPole-v1 --boost nitro [--boost-ladder 8,16,32,64] [--budget-steps N]
+    jaxrl-frag train ppo --env gymnasium:CartPole-v1 [--env-workers N] [--env-groups G] [--no-env-ring]
     jaxrl-frag resume RUN_DIR [--override total_steps=N]
     jaxrl-frag explain ppo --env CartPole-v1 [--policy actor-learner --transfer-dtype bfloat16]
     jaxrl-frag envs
 
 Every recipe setting is a flag, generated from the recipe's dataclass. A wrong
 setting prints one paragraph on stderr and exits with status 2; a run that goes
-non-finite stops with status 3; SIGINT or SIGTERM saves a checkpoint and exits 0.
+non-finite stops with status 3, one whose host environment worker fails with status
+4; SIGINT or SIGTERM saves a checkpoint and exits 0.
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ import numpy as np
 
 from jaxrl_frag.errors import ConfigError, check
 
-USAGE_ERROR, NON_FINITE = 2, 3
+USAGE_ERROR, NON_FINITE, ENV_WORKER_FAILED = 2, 3, 4
 POLICIES = ("single", "data-parallel", "population", "actor-learner")
 # settings a resumed run may change: they decide how long it runs, where and how it
 # reports, not what it computes per iteration
-RESUMABLE_CHANGES = ("total_steps", "checkpoint_every", "keep_checkpoints", "chunk_iterations", "devices")
+# env_workers changes which processes step the host environments, not what they compute
+RESUMABLE_CHANGES = ("total_steps", "checkpoint_every", "keep_checkpoints", "chunk_iterations", "devices", "env_workers")
 # the actor-learner policy's settings
 _ACTOR_LEARNER = ("actor_devices", "learner_devices", "staleness", "transfer_dtype")
 # what config.json records beyond the settings, and is free to differ on resume
@@ -412,6 +415,7 @@ def _run(args: argparse.Namespace, run_dir: Any, algo: Any, members: list[tuple[
     import jaxrl_frag as jf
     from jaxrl_frag.checkpoints import Checkpoint, Checkpoints
     from jaxrl_frag.distributed import is_main_process
+    from jaxrl_frag.envs import EnvWorkerError
     from jaxrl_frag.errors import NonFiniteError
 
     main_process = is_main_process()  # only process 0 prints and writes
@@ -461,6 +465,12 @@ def _run(args: argparse.Namespace, run_dir: Any, algo: Any, members: list[tuple[
         print(f"jaxrl-frag: error: {error}; stopped, {kept}. Lower the learning rate or check the environment, "
               "and start a new run", file=sys.stderr)
         return NON_FINITE
+    except EnvWorkerError as error:
+        last = checkpoints.steps()
+        kept = (f"the last checkpoint is iteration {last[-1]}: resume with jaxrl-frag resume {run_dir.path} (the "
+                "environments start afresh)") if last else "no checkpoint was written yet"
+        print(f"jaxrl-frag: error: {error}; the run stopped, {kept}", file=sys.stderr)
+        return ENV_WORKER_FAILED
     finally:
         checkpoints.close()
         if on_chunk is not None:
@@ -589,6 +599,8 @@ def _envs(args: argparse.Namespace) -> int:
     from jaxrl_frag import envs
 
     print("\n".join(envs.available()))
+    print("gymnasium:<id>   any Gymnasium environment, in worker processes\n"
+          "ale:<Game>       an Atari game (ale-py), standard preprocessing, in worker processes")
     return 0
 
 

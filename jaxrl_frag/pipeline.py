@@ -232,6 +232,11 @@ class ActorLearnerExecutor:
     def algorithm_state(self, state: PipelineState) -> PyTree:
         return state.state
 
+    def resumed(self, state: PipelineState) -> PipelineState:
+        """``Algorithm.resumed`` on the algorithm's state (what a recipe replaces there, its
+        environment state and observations, the actor group holds alone)."""
+        return state.replace(state=jax.device_put(self.algorithm.resumed(state.state), self.state_sharding.state))
+
     def explain(self, compile_seconds: dict[str, float]) -> Explanation:
         traced = self.trace_step()
         programs = {"actor program": self._actor, "learner program": self._learner}

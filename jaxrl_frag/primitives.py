@@ -21,6 +21,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.experimental import io_callback
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxrl_frag.errors import ConfigError
@@ -100,6 +101,21 @@ def lowering(rule: Lowering) -> Iterator[None]:
         yield
     finally:
         _CURRENT.reset(token)
+
+
+def on_host(callback: Any, result_shape: PyTree, *args: PyTree) -> PyTree:
+    """``callback(*args)`` run by the host (``io_callback``) on whole arrays. On a mesh
+    the arguments are gathered once for it and its results replicated, for the consumers
+    to take their shares (rather than a resharding XLA can only do the slow way)."""
+    rule = current()
+    if rule.mesh is None:
+        return io_callback(callback, result_shape, *args)
+    replicated = NamedSharding(rule.mesh, PartitionSpec())
+
+    def pin(tree: PyTree) -> PyTree:
+        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, replicated), tree)
+
+    return pin(io_callback(callback, result_shape, *pin(args)))
 
 
 def batch_moments(x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:

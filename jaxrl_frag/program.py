@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -19,6 +20,7 @@ from jaxrl_frag import metrics as metrics_lib
 from jaxrl_frag.algorithms import Algorithm
 from jaxrl_frag.checkpoints import Checkpoint, Checkpoints, changed_settings, check_settings
 from jaxrl_frag.collectives import audit
+from jaxrl_frag.envs.host_env import worker_failure
 from jaxrl_frag.errors import NonFiniteError, check
 from jaxrl_frag.explanation import Explanation
 from jaxrl_frag.graph import FragmentGraph
@@ -118,7 +120,9 @@ class Program:
         every call) returns true; ``meta`` is saved with it.
         Raises ``NonFiniteError`` at the first iteration whose state or metrics hold a
         NaN or an infinity (with ``check_finite``), after the rows and checkpoints
-        before it.
+        before it, and ``EnvWorkerError`` (after them too) if a host environment's worker
+        fails. A run started from a checkpoint starts its host environments afresh
+        (``Algorithm.resumed``).
         """
         iterations = self.algorithm.num_iterations if iterations is None else iterations
         check(iterations is not None and iterations > 0, "iterations", iterations,
@@ -127,7 +131,9 @@ class Program:
         if checkpoints is not None:
             check_settings(every, checkpoints.keep, self.chunk_iterations)
         done = start.iteration if isinstance(start, Checkpoint) else 0
-        state = start.state if isinstance(start, Checkpoint) else self.init(start) if _is_key(start) else start
+        with _worker_failures_raised(checkpoints):
+            state = self._executor.resumed(start.state) if isinstance(start, Checkpoint) else (
+                self.init(start) if _is_key(start) else start)
         check(done <= iterations, "iterations", iterations,
               f"the run is already at iteration {done}; give a larger total to continue it")
         per_step = self.algorithm.steps_per_iteration
@@ -144,8 +150,9 @@ class Program:
             full = k == self.chunk_iterations
             chunks = max(1, min(chunks_per_call, (until - done) // k, self.max_chunks_per_call)) if full else 1
             start_time = time.perf_counter()
-            state, call_rows, ran, flags = self._executor.call(state, chunks, k)
-            call_rows, ran, flags = jax.device_get((call_rows, ran, flags))
+            with _worker_failures_raised(checkpoints):
+                state, call_rows, ran, flags = self._executor.call(state, chunks, k)
+                call_rows, ran, flags = jax.device_get((call_rows, ran, flags))
             seconds = time.perf_counter() - start_time
             ran = int(ran)
             bad = sorted(name for name, ok in flags.items() if not ok)
@@ -223,6 +230,10 @@ class Executor(Protocol):
 
     def algorithm_state(self, state: PyTree) -> PyTree: ...
 
+    def resumed(self, state: PyTree) -> PyTree:
+        """A restored state with ``Algorithm.resumed`` applied to the algorithm's part, placed."""
+        ...
+
     def explain(self, compile_seconds: dict[str, float]) -> Explanation: ...
 
 
@@ -257,6 +268,9 @@ class SpmdExecutor:
 
     def algorithm_state(self, state: PyTree) -> PyTree:
         return state
+
+    def resumed(self, state: PyTree) -> PyTree:
+        return jax.device_put(self.algorithm.resumed(state), self.state_sharding)
 
     def explain(self, compile_seconds: dict[str, float]) -> Explanation:
         """Compiles the single step once more, for XLA's per-iteration figures."""
@@ -312,6 +326,21 @@ def _on_any_process(flag: bool) -> bool:
     if jax.process_count() == 1:
         return flag
     return bool(np.any(multihost_utils.process_allgather(np.int32(flag))))
+
+
+@contextlib.contextmanager
+def _worker_failures_raised(checkpoints: Checkpoints | None) -> Iterator[None]:
+    """A host environment worker's failure, which XLA reports as a runtime error of the
+    program, raised as the ``EnvWorkerError`` it is, once the checkpoints are written."""
+    try:
+        yield
+    except jax.errors.JaxRuntimeError as error:
+        failure = worker_failure()
+        if failure is None:
+            raise
+        if checkpoints is not None:
+            checkpoints.wait()
+        raise failure from error
 
 
 def _is_key(x: Any) -> bool:

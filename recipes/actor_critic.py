@@ -27,7 +27,8 @@ from jaxrl_frag.recipes.recipe import Recipe
 from jaxrl_frag.recipes.rollout import collect
 
 PyTree = Any
-TORSOS = ("auto", "cnn", "mlp")
+TORSOS = ("auto", "atari", "cnn", "mlp")
+ATARI_PIXELS = 36  # the smallest image side the atari torso's three convolutions take
 
 
 class Transition(NamedTuple):
@@ -69,7 +70,9 @@ class ActorCriticRecipe(Recipe):
 
     num_minibatches: int = static_field(4, help="minibatches per epoch")
     torso: str = static_field("auto", help="cnn (a 3x3 convolution with 16 channels under each MLP; for image "
-                                           "observations (H, W, C)), mlp (the MLPs alone) or auto (cnn for images)")
+                                           "observations (H, W, C)), atari (Mnih et al.'s convolutions and 512 units "
+                                           "shared by linear heads; for images of at least 36x36), mlp (the MLPs "
+                                           "alone) or auto (atari for images of at least 36x36, cnn for smaller ones)")
     anneal_lr: bool = static_field(True, help="anneal the learning rate linearly to zero over the run")
     normalize_obs: bool = static_field(False, help="standardise observations with running statistics")
     scale_reward: bool = static_field(False, help="divide rewards by the running std of the discounted return")
@@ -84,17 +87,19 @@ class ActorCriticRecipe(Recipe):
     @classmethod
     def make_env(cls, env_id: str, settings: dict[str, Any]) -> envs.Env:
         env = envs.make(env_id, num_envs=settings["num_envs"], normalize_obs=settings["normalize_obs"],
-                        scale_reward=settings["scale_reward"], gamma=settings["gamma"])
-        shape = env.observation_space.shape
-        check(settings["torso"] != "cnn" or len(shape) == 3, "torso", "cnn",
+                        scale_reward=settings["scale_reward"], gamma=settings["gamma"], **cls.host_options(env_id, settings))
+        shape, torso = env.observation_space.shape, settings["torso"]
+        check(torso not in ("cnn", "atari") or len(shape) == 3, "torso", torso,
               f"needs image observations (H, W, C); {env_id} observes shape {shape}: choose mlp or auto")
+        check(torso != "atari" or min(shape[:2]) >= ATARI_PIXELS, "torso", torso,
+              f"needs images of at least {ATARI_PIXELS}x{ATARI_PIXELS}; {env_id} observes {shape}: choose cnn or auto")
         return env
 
     @classmethod
     def validate(cls, s: dict[str, Any]) -> None:
         super().validate(s)
         check(s["torso"] in TORSOS, "torso", s["torso"],
-              f"choose one of {', '.join(TORSOS)} (auto: cnn for image observations, else mlp)")
+              f"choose one of {', '.join(TORSOS)} (auto: atari or cnn for image observations, else mlp)")
         for name in ("ent_coef", "vf_coef"):
             check(s[name] >= 0, name, s[name], "must be zero or positive")
 
@@ -108,15 +113,21 @@ class ActorCriticRecipe(Recipe):
         return isinstance(self.env.action_space, envs.Box)
 
     @property
-    def conv(self) -> bool:
-        """Whether the networks have a convolutional torso: asked for, or ``auto`` on image observations."""
-        return self.torso == "cnn" or (self.torso == "auto" and len(self.env.observation_space.shape) == 3)
+    def network_torso(self) -> str:
+        """The networks' torso: ``torso``, or for ``auto`` ``atari`` on images of at least
+        36x36 pixels, ``cnn`` on smaller ones and ``mlp`` on vectors."""
+        if self.torso != "auto":
+            return self.torso
+        shape = self.env.observation_space.shape
+        if len(shape) != 3:
+            return "mlp"
+        return "atari" if min(shape[:2]) >= ATARI_PIXELS else "cnn"
 
     @property
     def network(self) -> ActorCritic:
         space = self.env.action_space
         action_dim = int(np.prod(space.shape)) if self.continuous else space.n
-        return ActorCritic(action_dim, self.hidden, self.continuous, self.conv)
+        return ActorCritic(action_dim, self.hidden, self.continuous, self.network_torso)
 
     def learning_rate(self, update: jax.Array) -> jax.Array:
         """The learning rate of optimizer update number ``update``: annealed linearly to

@@ -46,10 +46,23 @@ class Gaussian(NamedTuple):
         return jnp.broadcast_to(per_dim, self.mean.shape).sum(-1)
 
 
-def patches(x: jax.Array) -> jax.Array:
-    """The 3x3 neighbourhood of every interior pixel of images ``[N, H, W, C]``, as ``[N, H-2, W-2, 9C]``."""
-    h, w = x.shape[1] - 2, x.shape[2] - 2
-    return jnp.concatenate([x[:, i:i + h, j:j + w] for i in range(3) for j in range(3)], axis=-1)
+def patches(x: jax.Array, kernel: int = 3, stride: int = 1) -> jax.Array:
+    """The ``kernel x kernel`` windows, ``stride`` apart, of images ``[N, H, W, C]``, as
+    ``[N, H', W', kernel * kernel * C]`` (a valid convolution is a matrix product on
+    them). The stride must divide the kernel; the rows and columns past the last
+    window are dropped. Cut as whole ``stride x stride`` blocks (space to depth), then
+    neighbouring blocks side by side: no gathers, and fast on XLA's CPU backend."""
+    n, h, w, c = x.shape
+    out_h, out_w, k = (h - kernel) // stride + 1, (w - kernel) // stride + 1, kernel // stride
+    blocks_h, blocks_w = out_h + k - 1, out_w + k - 1
+    x = x[:, :blocks_h * stride, :blocks_w * stride]
+    x = x.reshape(n, blocks_h, stride, blocks_w, stride, c).transpose(0, 1, 3, 2, 4, 5)
+    x = x.reshape(n, blocks_h, blocks_w, stride * stride * c)
+    return jnp.concatenate([x[:, i:i + out_h, j:j + out_w] for i in range(k) for j in range(k)], axis=-1)
+
+
+def _dense(features: int, scale: float = np.sqrt(2), **kwargs: str) -> nn.Dense:
+    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(scale), **kwargs)
 
 
 class MLP(nn.Module):
@@ -71,39 +84,63 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         if self.conv:
-            x = nn.relu(nn.Dense(16, kernel_init=nn.initializers.orthogonal(np.sqrt(2)), name="conv")(patches(x)))
+            x = nn.relu(_dense(16, name="conv")(patches(x)))
         x = x.reshape(x.shape[0], -1)
         for width in self.hidden:
-            x = self.activation(nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
-        return nn.Dense(self.out, kernel_init=nn.initializers.orthogonal(self.out_scale))(x)
+            x = self.activation(_dense(width)(x))
+        return _dense(self.out, self.out_scale)(x)
+
+
+class AtariTorso(nn.Module):
+    """The network of Mnih et al. (2015) up to its last hidden layer: pixels ``[N, 84, 84,
+    C]`` in ``[0, 255]`` scaled to ``[0, 1]``, convolutions of 32 8x8 filters (stride 4),
+    64 4x4 (stride 2) and 64 3x3 (stride 1), then 512 units, all ReLU; each convolution
+    a matrix product on ``patches``."""
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = x.astype(jnp.float32) / 255.0
+        for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+            x = nn.relu(_dense(features)(patches(x, kernel, stride)))
+        return nn.relu(_dense(512)(x.reshape(x.shape[0], -1)))
 
 
 class ActorCritic(nn.Module):
-    """Separate policy and value networks: ``obs -> (action distribution, value)``.
+    """Policy and value networks: ``obs -> (action distribution, value)``.
 
-    Each is an MLP, behind its own convolutional torso when ``conv`` (for image
-    observations ``[N, H, W, C]``). A continuous policy is a Gaussian with a learned,
-    state-independent log standard deviation.
+    With ``torso`` ``mlp`` or ``cnn``, separate MLPs, each behind its own 3x3
+    convolution for ``cnn`` (image observations ``[N, H, W, C]``); with ``atari``, one
+    ``AtariTorso`` shared by a linear policy head and a linear value head (``hidden``
+    unused), as in PPO's Atari networks. A continuous policy is a Gaussian with a
+    learned, state-independent log standard deviation.
     """
 
     action_dim: int
     hidden: Sequence[int]
     continuous: bool
-    conv: bool = False
+    torso: str = "mlp"
 
     def setup(self) -> None:
-        self.pi = MLP(self.hidden, self.action_dim, 0.01, conv=self.conv)
-        self.v = MLP(self.hidden, 1, 1.0, conv=self.conv)
+        if self.torso == "atari":
+            self.shared = AtariTorso()
+            self.pi, self.v = _dense(self.action_dim, 0.01), _dense(1, 1.0)
+        else:
+            self.pi = MLP(self.hidden, self.action_dim, 0.01, conv=self.torso == "cnn")
+            self.v = MLP(self.hidden, 1, 1.0, conv=self.torso == "cnn")
         if self.continuous:
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
 
     def __call__(self, obs: jax.Array) -> tuple[Categorical | Gaussian, jax.Array]:
-        out = self.pi(obs)
+        if self.torso == "atari":
+            features = self.shared(obs)
+            out, value = self.pi(features), self.v(features)[:, 0]
+        else:
+            out, value = self.pi(obs), self.value(obs)
         dist = Gaussian(out, jnp.exp(self.log_std)) if self.continuous else Categorical(out)
-        return dist, self.value(obs)
+        return dist, value
 
     def value(self, obs: jax.Array) -> jax.Array:
-        return self.v(obs)[:, 0]
+        return self.v(self.shared(obs) if self.torso == "atari" else obs)[:, 0]
 
 
 class QValues(nn.Module):

@@ -19,12 +19,13 @@ from flax import struct
 
 from jaxrl_frag import replay
 from jaxrl_frag.algorithms import hyperparameter, static_field
+from jaxrl_frag.envs.core import Steps
 from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes.advantages import n_step_return
 from jaxrl_frag.recipes.recipe import Recipe
-from jaxrl_frag.recipes.rollout import Steps, collect
+from jaxrl_frag.recipes.rollout import collect
 
 PyTree = Any
 

@@ -8,11 +8,14 @@ import dataclasses
 import math
 from typing import Any, ClassVar
 
+import jax
 from flax import struct
 
 from jaxrl_frag import envs
 from jaxrl_frag.algorithms import Algorithm, hyperparameter, static_field
 from jaxrl_frag.errors import ConfigError, check
+
+_RESUMED = 0x7E5  # folded into the state's key for the seeds of host environments started afresh on resume
 
 
 @struct.dataclass
@@ -27,9 +30,15 @@ class Recipe(Algorithm):
     hidden: tuple[int, ...] = static_field((64, 64), help="hidden layer widths of the networks")
     lr: float = hyperparameter(2.5e-4, help="Adam learning rate")
     gamma: float = hyperparameter(0.99, help="discount factor")
+    env_workers: int = static_field(0, help="host environments (gymnasium:, ale:): worker processes, a multiple of "
+                                            "env_groups that divides num_envs (0: as many as the CPUs allow)")
+    env_groups: int = static_field(2, help="host environments: groups of the environment ring (the workers step one "
+                                           "while the policy acts for the next)")
+    env_ring: bool = static_field(True, help="host environments: overlap inference and stepping as a ring (off: "
+                                             "strict alternation, the same results)")
 
     # the settings that must be positive integers, those that must be finite numbers, and those positive
-    counts: ClassVar[tuple[str, ...]] = ("num_envs", "num_steps", "total_steps")
+    counts: ClassVar[tuple[str, ...]] = ("num_envs", "num_steps", "total_steps", "env_groups")
     reals: ClassVar[tuple[str, ...]] = ("lr", "gamma")
     positive: ClassVar[tuple[str, ...]] = ("lr",)
 
@@ -55,7 +64,29 @@ class Recipe(Algorithm):
     @classmethod
     def make_env(cls, env_id: str, settings: dict[str, Any]) -> envs.Env:
         """The batched environment the recipe trains on."""
-        return envs.make(env_id, num_envs=settings["num_envs"])
+        return envs.make(env_id, num_envs=settings["num_envs"], **cls.host_options(env_id, settings))
+
+    @classmethod
+    def host_options(cls, env_id: str, settings: dict[str, Any]) -> dict[str, Any]:
+        """``envs.make``'s options for host environments, from the ``env_*`` settings;
+        ``ConfigError`` if one is set for a JAX environment."""
+        options = {"workers": settings["env_workers"], "groups": settings["env_groups"], "ring": settings["env_ring"]}
+        if envs.is_host(env_id):
+            return options
+        defaults = cls.fields()
+        for name in ("env_workers", "env_groups", "env_ring"):
+            check(settings[name] == defaults[name], name, settings[name],
+                  f"is for host environments (gymnasium:, ale:); {env_id} is a JAX environment: drop it")
+        return {}
+
+    def resumed(self, state: Any) -> Any:
+        """A restored state to continue from: host environments (whose state no checkpoint
+        holds) start afresh, seeded from the state's key (which is left as it was); with
+        JAX environments, ``state`` itself."""
+        if not isinstance(self.env, envs.HostEnv):
+            return state
+        env_state, obs = self.env.reset(jax.random.fold_in(state.key, _RESUMED))
+        return state.replace(env_state=env_state, obs=obs)
 
     @classmethod
     def fields(cls) -> dict[str, Any]:

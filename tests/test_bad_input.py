@@ -56,6 +56,15 @@ CASES = [
     ([*TRAIN, "--boost", "nitro", "--policy", "data-parallel"], ["policy='data-parallel'", "single or population"]),
     (["train", "dqn", "--env", "CartPole-v1", "--boost", "nitro"], ["recipe='DQN'", "on-policy recipes"]),
     (["train", "a2c", "--env", "CartPole-v1", "--boost", "gns"], ["num_minibatches=1", "at least 2 minibatches"]),
+    # host environments
+    (["train", "ppo", "--env", "gymnasium:CartPol-v1"], ["env='gymnasium:CartPol-v1'", "did you mean gymnasium:CartPole-v1"]),
+    (["train", "ppo", "--env", "ale:Breakot"], ["env='ale:Breakot'", "no such Atari game", "did you mean ale:Breakout"]),
+    (["train", "ppo", "--env", "gymnasium:CartPole-v1", "--env-groups", "3"], ["env_groups=3", "divide num_envs = 4"]),
+    (["train", "ppo", "--env", "gymnasium:CartPole-v1", "--env-workers", "3"], ["env_workers=3", "multiple of env_groups"]),
+    ([*TRAIN, "--env-groups", "4"], ["env_groups=4", "host environments", "CartPole-v1 is a JAX environment"]),
+    (["train", "ppo", "--env", "gymnasium:Pendulum-v1", "--normalize-obs"], ["normalize_obs=True", "turn it off"]),
+    (["train", "ppo", "--env", "gymnasium:CartPole-v1", "--seeds", "2"], ["env='gymnasium:CartPole-v1'", "population"]),
+    (["train", "ppo", "--env", "gymnasium:CartPole-v1", "--boost", "nitro"], ["boost='nitro'", "turn boosting off"]),
     # distribution policy
     ([*TRAIN, "--policy", "anakin"], ["--policy", "invalid choice: 'anakin'"]),
     ([*TRAIN, "--devices", "0"], ["devices=0", "positive"]),

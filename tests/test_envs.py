@@ -157,27 +157,34 @@ def test_brax_ids_are_brax_physics_environments() -> None:
 def test_minatar_networks_get_a_convolution_and_ppo_and_impala_train_on_it() -> None:
     for recipe in (jf.recipes.PPO, jf.recipes.IMPALA):
         algo = recipe.create("Breakout-MinAtar", num_envs=2, num_steps=8, total_steps=16, num_minibatches=1, hidden=(32,))
-        assert algo.conv  # torso "auto" on (10, 10, 4) observations
+        assert algo.network_torso == "cnn"  # torso "auto" on (10, 10, 4) observations
         history = jf.compile(algo, chunk_iterations=1).run(jax.random.PRNGKey(0))
         assert history.final["env_steps"] == 16 and np.isfinite(history.final["loss"])
         params = history.state.params["params"]
         assert params["pi"]["conv"]["kernel"].shape == (3 * 3 * 4, 16)
         assert params["v"]["Dense_0"]["kernel"].shape == (8 * 8 * 16, 32)
-    assert not jf.recipes.PPO.create("Breakout-MinAtar", torso="mlp").conv
-    assert not jf.recipes.PPO.create("CartPole-v1").conv
+    assert jf.recipes.PPO.create("Breakout-MinAtar", torso="mlp").network_torso == "mlp"
+    assert jf.recipes.PPO.create("CartPole-v1").network_torso == "mlp"
 
 
-def test_the_convolution_is_a_3x3_valid_convolution() -> None:
-    x = jax.random.normal(jax.random.PRNGKey(0), (2, 10, 10, 4))
-    kernel = jax.random.normal(jax.random.PRNGKey(1), (3, 3, 4, 16))
-    expected = jax.lax.conv_general_dilated(x, kernel, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"),
-                                            precision="highest")
-    np.testing.assert_allclose(jf.recipes.networks.patches(x) @ kernel.reshape(36, 16), expected, atol=1e-4)
+@pytest.mark.parametrize(("size", "kernel", "stride"), [(10, 3, 1), (84, 8, 4), (20, 4, 2), (9, 3, 1), (11, 4, 2)])
+def test_patches_times_a_kernel_is_a_valid_strided_convolution(size: int, kernel: int, stride: int) -> None:
+    """The MinAtar convolution and the three of the Atari network (odd sizes too)."""
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, size, size, 4))
+    weights = jax.random.normal(jax.random.PRNGKey(1), (kernel, kernel, 4, 16))
+    expected = jax.lax.conv_general_dilated(x, weights, (stride, stride), "VALID",
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"), precision="highest")
+    # patches lay a window out block by block: (block row, block col, row in block, col in block, channel)
+    k = kernel // stride
+    laid_out = weights.reshape(k, stride, k, stride, 4, 16).transpose(0, 2, 1, 3, 4, 5).reshape(-1, 16)
+    got = jf.recipes.networks.patches(x, kernel, stride) @ laid_out
+    np.testing.assert_allclose(got, expected, atol=1e-3)
 
 
 @pytest.mark.parametrize(("env", "torso", "message"), [
     ("CartPole-v1", "cnn", "needs image observations (H, W, C); CartPole-v1 observes shape (4,)"),
-    ("Breakout-MinAtar", "conv", "choose one of auto, cnn, mlp"),
+    ("Breakout-MinAtar", "atari", "needs images of at least 36x36"),
+    ("Breakout-MinAtar", "conv", "choose one of auto, atari, cnn, mlp"),
 ])
 def test_a_torso_that_cannot_work_is_refused(env: str, torso: str, message: str) -> None:
     with pytest.raises(ConfigError) as err:

@@ -1,5 +1,6 @@
-"""Host environment pools: Gymnasium environments in worker processes, deterministic
-given the seed, stepped by groups in any order, and failing loudly and cleanly."""
+"""Host environment pools: Gymnasium environments and Atari games in worker processes,
+deterministic given the seeds, stepped by groups in any order, and failing loudly and
+cleanly."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from jaxrl_frag.envs.host_pool import EnvWorkerError, HostEnvPool
 from jaxrl_frag.errors import ConfigError
 
 ENV, NUM_ENVS, SEED = "CartPole-v1", 4, 3
+HOST_ENV = f"gymnasium:{ENV}"
 
 
 def reference(actions: np.ndarray) -> list[tuple[np.ndarray, ...]]:
@@ -22,36 +24,43 @@ def reference(actions: np.ndarray) -> list[tuple[np.ndarray, ...]]:
     envs = [gymnasium.make(ENV) for _ in range(NUM_ENVS)]
     obs = [env.reset(seed=SEED + i)[0] for i, env in enumerate(envs)]
     out = [(np.stack(obs),)]
+    score, length = np.zeros(NUM_ENVS), np.zeros(NUM_ENVS, np.int32)
     for step_actions in actions:
         rows = []
         for i, (env, action) in enumerate(zip(envs, step_actions, strict=True)):
             o, r, term, trunc, _ = env.step(action)
+            score[i] += r
+            length[i] += 1
             final = o
             if term or trunc:
                 o, _ = env.reset()
             obs[i] = o
-            rows.append((o, r, term, trunc, final))
+            rows.append((o, r, term, trunc, final, score[i], length[i]))
+            if term or trunc:
+                score[i], length[i] = 0, 0
         out.append(tuple(np.stack(c) for c in zip(*rows, strict=True)))
     return out
 
 
 def test_a_pool_steps_as_the_environments_do_in_process() -> None:
     """Two workers in two groups, 300 random steps (several episodes end): every
-    observation, reward, flag and final observation equals in-process stepping; the
-    groups sent together and received in reverse order give the same steps."""
+    observation, reward, flag, final observation and episode score and length equals
+    in-process stepping; the groups (environments 0, 2 and 1, 3) sent together and
+    received in reverse order give the same steps."""
     actions = np.random.default_rng(0).integers(0, 2, size=(300, NUM_ENVS))
     expected = reference(actions)
-    with HostEnvPool(ENV, NUM_ENVS, num_workers=2, groups=2, seed=SEED) as pool:
-        np.testing.assert_array_equal(pool.reset(), expected[0][0])
+    with HostEnvPool(HOST_ENV, NUM_ENVS, num_workers=2, groups=2) as pool:
+        np.testing.assert_array_equal(pool.reset(SEED), expected[0][0])
         ended = 0
         for t, step_actions in enumerate(actions):
             if t % 2:
                 step = pool.step(step_actions)
             else:
-                pool.send(0, step_actions[:2])
-                pool.send(1, step_actions[2:])
+                pool.send(0, step_actions[0::2])
+                pool.send(1, step_actions[1::2])
                 second, first = pool.receive(1), pool.receive(0)
-                step = type(first)(*(np.concatenate(pair) for pair in zip(first, second, strict=True)))
+                step = type(first)(*(np.stack(pair, 1).reshape(NUM_ENVS, *pair[0].shape[1:])
+                                     for pair in zip(first, second, strict=True)))
             for got, want in zip(step, expected[t + 1], strict=True):
                 np.testing.assert_array_equal(got, want)
             ended += int((step.terminated | step.truncated).sum())
@@ -59,13 +68,13 @@ def test_a_pool_steps_as_the_environments_do_in_process() -> None:
 
 
 def test_a_killed_worker_is_named_and_nothing_is_left_running() -> None:
-    pool = HostEnvPool(ENV, NUM_ENVS, num_workers=2, groups=2, seed=SEED)
-    pool.reset()
+    pool = HostEnvPool(HOST_ENV, NUM_ENVS, num_workers=2, groups=2)
+    pool.reset(SEED)
     pids = [p.pid for p in pool._procs]
     os.kill(pids[1], signal.SIGKILL)
-    pool._procs[1].join(5)  # dead before the step: its pipe is closed when the pool writes to it
+    pool._procs[1].wait(5)  # dead before the step: its pipe is closed when the pool writes to it
     start = time.monotonic()
-    with pytest.raises(EnvWorkerError, match=r"worker 1 \(environments 2-3 of CartPole-v1\) died"):
+    with pytest.raises(EnvWorkerError, match=r"worker 1 \(environments 1, 3 of gymnasium:CartPole-v1\) died"):
         pool.step(np.zeros(NUM_ENVS, np.int64))
     assert time.monotonic() - start < 5
     for pid in pids:
@@ -74,15 +83,19 @@ def test_a_killed_worker_is_named_and_nothing_is_left_running() -> None:
 
 
 def test_an_environment_that_raises_is_named_with_its_traceback() -> None:
-    with HostEnvPool(ENV, NUM_ENVS, num_workers=2, seed=SEED) as pool:
-        pool.reset()
-        with pytest.raises(EnvWorkerError, match=r"(?s)worker 0 \(environments 0-1 of CartPole-v1\) raised.*invalid"):
+    with HostEnvPool(HOST_ENV, NUM_ENVS, num_workers=2) as pool:
+        pool.reset(SEED)
+        with pytest.raises(EnvWorkerError, match=r"(?s)worker 0 \(environments 0, 1 of gymnasium:CartPole-v1\) raised.*invalid"):
             pool.step(np.array([7, 0, 0, 0]))  # CartPole has actions 0 and 1
         assert pool._procs == []
 
 
 def test_bad_pool_settings_are_refused_before_any_process_starts() -> None:
     with pytest.raises(ConfigError, match="num_workers=3"):
-        HostEnvPool(ENV, 4, num_workers=3)
+        HostEnvPool(HOST_ENV, 4, num_workers=3)
     with pytest.raises(ConfigError, match="groups=3"):
-        HostEnvPool(ENV, 4, num_workers=2, groups=3)
+        HostEnvPool(HOST_ENV, 4, num_workers=2, groups=3)
+    with pytest.raises(ConfigError, match="did you mean gymnasium:CartPole-v1"):
+        HostEnvPool("gymnasium:CartPol-v1", 4)
+    with pytest.raises(ConfigError, match="did you mean ale:Breakout"):
+        HostEnvPool("ale:Breakou", 4)

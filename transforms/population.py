@@ -17,6 +17,7 @@ from flax import struct
 
 from jaxrl_frag import primitives
 from jaxrl_frag.algorithms import Algorithm, Metrics, static_field
+from jaxrl_frag.envs.host_env import HostEnv
 from jaxrl_frag.errors import ConfigError, check
 
 PyTree = Any
@@ -38,6 +39,10 @@ class Population(Algorithm):
         check(len(algorithms) == len(seeds) and len(seeds) > 0, "seeds", list(seeds),
               f"give one seed per member ({len(algorithms)} members)")
         first = algorithms[0]
+        env = getattr(first, "env", None)
+        check(not isinstance(env, HostEnv), "env", getattr(env, "name", None),
+              "runs on host environments, whose one pool of workers a population (one vmapped program) cannot "
+              "share: train the members as separate runs, or use a JAX environment")
         for other in algorithms[1:]:
             if jax.tree.structure(other) != jax.tree.structure(first):
                 field = _differing_static_field(first, other)

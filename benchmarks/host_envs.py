@@ -1,0 +1,129 @@
+"""Host environments: the environment ring against strict alternation, and the framework
+against Stable-Baselines3, side by side.
+
+    python benchmarks/host_envs.py ring [--env gymnasium:CartPole-v1] [--steps 65536] [--pairs 3]
+    python benchmarks/host_envs.py sb3 --sb3-python VENV/bin/python [--env CartPole-v1] [--steps 100000] [--pairs 3]
+
+``ring``: PPO with ``env_ring`` on and off (the same groups, the same numbers:
+``tests/test_host_envs.py``), each compiled once, timed in alternating runs from
+freshly reset pools (workers already up). It times the actor fragment alone (the
+rollout: inference and stepping, where the ring acts) and whole training runs, and
+prints steps per second and the ring's speedup, the median of the pairs' ratios.
+
+``sb3``: PPO at the same settings (``sb3_ppo.py``'s, the learning rate constant) on the
+same Gymnasium environment and environment count: the framework (``gymnasium:<env>``, workers and ring as by default) against
+Stable-Baselines3 (``sb3_ppo.py``, run by ``--sb3-python``) with its in-process
+``DummyVecEnv`` and its worker-process ``SubprocVecEnv``, alternating; steps per
+second of training (SB3's ``learn``; the framework's run after compiling), their
+ratios and the final returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+import jaxrl_frag as jf
+from jaxrl_frag.recipes import PPO
+
+SB3_SCRIPT = Path(__file__).with_name("sb3_ppo.py")
+
+
+def _timed_rollouts(algo: PPO, key: jax.Array, rounds: int) -> float:
+    """Seconds of ``rounds`` calls of the actor fragment (compiled once, warmed up once)."""
+    act = jax.jit(algo.rollout)
+    state = jax.jit(algo.init)(key)
+    out = act(state.params, state.env_state, state.obs, state.key)
+    jax.block_until_ready(out)
+    start = time.perf_counter()
+    obs = out[2]
+    for i in range(rounds):
+        out = act(state.params, state.env_state, obs, jax.random.fold_in(state.key, i))
+        obs = out[2]
+    jax.block_until_ready(out)
+    return time.perf_counter() - start
+
+
+def ring(args: argparse.Namespace) -> None:
+    settings = dict(num_envs=args.num_envs, num_steps=args.num_steps, total_steps=int(args.steps))
+    algos = {name: PPO.create(args.env, env_ring=name == "ring", **settings) for name in ("ring", "alternation")}
+    programs = {name: jf.compile(algo) for name, algo in algos.items()}
+    rollouts = args.steps // (args.num_envs * args.num_steps) // 4
+    acting: dict[str, list[float]] = {name: [] for name in algos}
+    training: dict[str, list[float]] = {name: [] for name in algos}
+    for pair in range(args.pairs):
+        for name in (("ring", "alternation") if pair % 2 == 0 else ("alternation", "ring")):
+            seconds = _timed_rollouts(algos[name], jax.random.PRNGKey(pair), rollouts)
+            acting[name].append(rollouts * args.num_envs * args.num_steps / seconds)
+            state = programs[name].init(jax.random.PRNGKey(pair))  # pools up and reset before the clock starts
+            start = time.perf_counter()
+            history = programs[name].run(state)
+            training[name].append(float(history.final["env_steps"]) / (time.perf_counter() - start))
+            print(f"pair {pair} {name:11s} acting {acting[name][-1]:8.0f} steps/s  training {training[name][-1]:8.0f} "
+                  f"steps/s  return {history.last('episode_return'):.1f}", flush=True)
+    for algo in algos.values():
+        algo.env.close()
+    for what, sps in (("acting", acting), ("training", training)):
+        ratios = [r / a for r, a in zip(sps["ring"], sps["alternation"], strict=True)]
+        print(f"{what}: ring {statistics.median(sps['ring']):.0f} steps/s, alternation "
+              f"{statistics.median(sps['alternation']):.0f} steps/s; ring speedup {statistics.median(ratios):.2f}x "
+              f"(pairs {', '.join(f'{r:.2f}' for r in ratios)})")
+
+
+def sb3(args: argparse.Namespace) -> None:
+    env_id = args.env.removeprefix("gymnasium:")
+    # a constant learning rate, as Stable-Baselines3's
+    algo = PPO.create(f"gymnasium:{env_id}", num_envs=args.num_envs, total_steps=int(args.steps), anneal_lr=False)
+    program = jf.compile(algo)
+    sps: dict[str, list[float]] = {"jaxrl_frag": [], "sb3 dummy": [], "sb3 subproc": []}
+    returns: dict[str, list[float]] = {name: [] for name in sps}
+    for pair in range(args.pairs):
+        state = program.init(jax.random.PRNGKey(pair))
+        start = time.perf_counter()
+        history = program.run(state)
+        sps["jaxrl_frag"].append(float(history.final["env_steps"]) / (time.perf_counter() - start))
+        returns["jaxrl_frag"].append(float(history.last("episode_return")))
+        for vec in ("dummy", "subproc"):
+            out = subprocess.run([args.sb3_python, str(SB3_SCRIPT), "--env", env_id, "--num-envs", str(args.num_envs),
+                                  "--steps", str(int(args.steps)), "--vec", vec, "--seed", str(pair)],
+                                 capture_output=True, text=True, check=True)
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            sps[f"sb3 {vec}"].append(result["sps"])
+            returns[f"sb3 {vec}"].append(result["return"])
+        print(f"pair {pair}: " + ", ".join(f"{name} {values[-1]:.0f} steps/s (return {returns[name][-1]:.1f})"
+                                         for name, values in sps.items()), flush=True)
+    algo.env.close()
+    for name in ("sb3 dummy", "sb3 subproc"):
+        ratios = [ours / theirs for ours, theirs in zip(sps["jaxrl_frag"], sps[name], strict=True)]
+        print(f"jaxrl_frag / {name}: {statistics.median(ratios):.2f}x (pairs {', '.join(f'{r:.2f}' for r in ratios)}); "
+              f"steps/s {statistics.median(sps['jaxrl_frag']):.0f} vs {statistics.median(sps[name]):.0f}; final return "
+              f"{np.mean(returns['jaxrl_frag']):.1f} vs {np.mean(returns[name]):.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    for name, steps in (("ring", 65_536), ("sb3", 100_000)):
+        p = sub.add_parser(name)
+        p.add_argument("--env", default="gymnasium:CartPole-v1")
+        p.add_argument("--num-envs", type=int, default=8)
+        p.add_argument("--steps", type=float, default=steps)
+        p.add_argument("--pairs", type=int, default=3)
+    sub.choices["ring"].add_argument("--num-steps", type=int, default=128)
+    sub.choices["sb3"].add_argument("--sb3-python", required=True, help="the Python of an environment with "
+                                                                        "stable-baselines3 and torch")
+    args = parser.parse_args()
+    args.steps = int(args.steps)
+    {"ring": ring, "sb3": sb3}[args.what](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,295 @@
+"""``HostEnv``: environments that are not JAX, as an ``Env`` batch inside the compiled program.
+
+The environments run in a ``HostEnvPool`` of worker processes; the program reaches them
+through host callbacks (``primitives.on_host``), so policy inference, learning
+and everything else stay one compiled device program under any distribution policy, and
+only observations, actions and rewards cross to the host.
+
+``rollout`` runs the pool as an environment ring: the batch is split into ``groups``
+groups (group ``g`` is environments ``g, g + groups, ...``, so every group spans every
+device's share of the batch), and while the workers step one group the device infers
+the actions of the next (SRL's ring, Sebulba's double buffering). Each host call sends
+one group's actions and receives the next group's step; a chain of tokens fixes their
+order, so the schedule, and with it every result, is the same on every run. With
+``ring=False`` the same groups are inferred in turn and then all stepped at once
+(strict alternation): the same numbers, without the overlap.
+
+The environments' state lives in the workers, not in the program's state (which holds an
+empty placeholder): a checkpoint cannot hold it, and a run resumed from one starts its
+environments from fresh resets (``Recipe.resumed``). A worker that dies or raises stops
+the run with an ``EnvWorkerError`` that names its environments (``Program.run``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import functools
+import logging
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_frag import primitives
+from jaxrl_frag.envs.core import Act, Box, Discrete, Ended, Env, PyTree, Space, Steps, TimeStep
+from jaxrl_frag.envs.host_pool import FAMILIES, EnvWorkerError, HostEnvPool, HostStep, environments
+from jaxrl_frag.errors import ConfigError, check
+
+PREFIXES = tuple(f"{family}:" for family in FAMILIES)
+_LIVE: set[HostEnv] = set()  # environments whose pools are up, closed at exit
+_FAILURES: list[EnvWorkerError] = []  # raised in host callbacks, where XLA wraps them
+_TOKEN = jax.ShapeDtypeStruct((), jnp.int32)  # passed from host call to host call: their order
+
+
+def is_host(env_id: str) -> bool:
+    """Whether ``env_id`` names host environments (``gymnasium:<id>``, ``ale:<Game>``)."""
+    return env_id.startswith(PREFIXES)
+
+
+def worker_failure() -> EnvWorkerError | None:
+    """The ``EnvWorkerError`` a host callback raised since the last call, if one did."""
+    return _FAILURES.pop() if _FAILURES else None
+
+
+class _ReraisedFailures(logging.Filter):
+    """Drops JAX's log (with traceback) of a host callback that raised ``EnvWorkerError``:
+    ``Program.run`` raises that error itself, with its message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], EnvWorkerError))
+
+
+logging.getLogger("jax._src.callback").addFilter(_ReraisedFailures())
+
+
+def _space(space: Any, env_id: str) -> Space:
+    import gymnasium
+
+    if isinstance(space, gymnasium.spaces.Discrete) and int(space.start) == 0:
+        return Discrete(int(space.n))
+    if isinstance(space, gymnasium.spaces.Box):
+        return Box(tuple(np.asarray(space.low, np.float64).ravel().tolist()),
+                   tuple(np.asarray(space.high, np.float64).ravel().tolist()), tuple(space.shape),
+                   np.uint8 if space.dtype == np.uint8 else np.float32)
+    raise ConfigError("env", env_id, f"has a {type(space).__name__} space ({space}); host environments need "
+                                     "Discrete (from 0) actions or Box actions, and Box observations")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # each one owns its pool: equal only to itself
+class HostEnv(Env):
+    """``num_envs`` environments ``name`` in ``workers`` processes, in ``groups`` groups,
+    stepped as a ring (or, with ``ring=False``, in strict alternation). Make one with
+    ``make``; its pool starts at the first reset."""
+
+    name: str
+    num_envs: int
+    workers: int
+    groups: int
+    ring: bool
+    kwargs: tuple[tuple[str, Any], ...]
+    spaces: tuple[Box, Space]
+
+    @classmethod
+    def make(cls, name: str, num_envs: int, *, workers: int = 0, groups: int = 2, ring: bool = True,
+             **kwargs: Any) -> HostEnv:
+        """Checks the settings and reads the spaces (one environment made in this process);
+        ``workers=0`` takes as many as the CPUs allow (a multiple of ``groups`` that
+        divides ``num_envs``)."""
+        check(jax.process_count() == 1, "env", name,
+              "host environments run within one process for now; across hosts use JAX environments")
+        check(isinstance(groups, int) and groups > 0 and num_envs % groups == 0, "env_groups", groups,
+              f"must divide num_envs = {num_envs}; choose one of {_divisors(num_envs)}")
+        if workers == 0:
+            workers = max(w for w in range(groups, num_envs + 1, groups)
+                          if num_envs % w == 0 and w <= max(groups, os.cpu_count() or 1))
+        check(isinstance(workers, int) and workers > 0 and workers % groups == 0 and num_envs % workers == 0,
+              "env_workers", workers, f"must be a multiple of env_groups = {groups} that divides num_envs = {num_envs}, "
+                                      "or 0 (as many as the CPUs allow)")
+        probe = environments(name, 1, kwargs)
+        spaces = (_space(probe.observation_space, name), _space(probe.action_space, name))
+        probe.close()
+        check(isinstance(spaces[0], Box), "env", name, "host environments need Box observations")
+        return cls(name, num_envs, workers, groups, ring, tuple(sorted(kwargs.items())), spaces)
+
+    @property
+    def observation_space(self) -> Box:
+        return self.spaces[0]
+
+    @property
+    def action_space(self) -> Space:
+        return self.spaces[1]
+
+    @property
+    def group_size(self) -> int:
+        return self.num_envs // self.groups
+
+    # -- the device side -----------------------------------------------------------
+
+    def reset(self, key: jax.Array) -> tuple[PyTree, jax.Array]:
+        """Every environment reset with a seed drawn from ``key``."""
+        seeds = jax.random.randint(key, (self.num_envs,), 0, np.iinfo(np.int32).max)
+        obs = primitives.on_host(self._host_reset, self._obs(self.num_envs), seeds)
+        return (), obs
+
+    def step(self, key: jax.Array, state: PyTree, action: jax.Array) -> tuple[PyTree, TimeStep]:
+        """Every environment stepped (one host call)."""
+        step = primitives.on_host(self._host_step, self._step(self.num_envs), action)
+        info = {"episode_return": step.score, "episode_length": step.length}
+        return state, TimeStep(step.obs, step.reward, step.terminated, step.truncated, step.final_obs, info)
+
+    def rollout(self, act: Act, state: PyTree, obs: jax.Array, key: jax.Array,
+                num_steps: int) -> tuple[Steps, PyTree, PyTree, jax.Array, Ended]:
+        """``num_steps`` steps by groups, as a ring or in strict alternation (the same
+        results): group ``g`` at step ``t`` acts with ``fold_in(key_t, g)``."""
+        keys = jax.random.split(key, num_steps)
+        by_group = [obs[g::self.groups] for g in range(self.groups)]
+        if self.ring:
+            acted, stepped, by_group = self._ring(act, by_group, keys)
+        else:
+            acted, stepped, by_group = self._alternate(act, by_group, keys)
+        observed, action, _, extra = (self._join(part, 2) for part in zip(*acted, strict=True))
+        step = HostStep(*(self._join(part, 2) for part in zip(*stepped, strict=True)))
+        steps = Steps(observed, action, step.reward, step.terminated, step.truncated, step.final_obs)
+        return steps, extra, state, self._join(by_group, 1), Ended(step.terminated | step.truncated, step.score,
+                                                                   step.length)
+
+    def _act(self, act: Act, key: jax.Array, group: int, obs: jax.Array) -> tuple[Any, ...]:
+        return (obs, *act(obs, jax.random.fold_in(key, group)))
+
+    def _alternate(self, act: Act, by_group: list[jax.Array], keys: jax.Array) -> tuple[list[Any], list[Any], list[Any]]:
+        """Each step: every group's actions inferred, then every environment stepped."""
+
+        def one_step(by_group: list[jax.Array], key: jax.Array) -> tuple[list[jax.Array], Any]:
+            acted = [self._act(act, key, g, o) for g, o in enumerate(by_group)]
+            env_action = self._join([a[2] for a in acted], 1)
+            step = primitives.on_host(self._host_step, self._step(self.num_envs), env_action)
+            stepped = [HostStep(*(x[g::self.groups] for x in step)) for g in range(self.groups)]
+            return [s.obs for s in stepped], (acted, stepped)
+
+        by_group, (acted, stepped) = jax.lax.scan(one_step, by_group, keys)
+        return acted, stepped, by_group
+
+    def _ring(self, act: Act, by_group: list[jax.Array], keys: jax.Array) -> tuple[list[Any], list[Any], list[Any]]:
+        """Group ``g`` acts, its actions go to the workers, and the next group's step comes
+        back, in one host call: the workers step ``g`` while the device infers for the
+        next group. Step 0 only sends until the last group; after the last step the
+        groups still out are received."""
+        groups, token = self.groups, jnp.int32(0)
+        first = []
+        for g in range(groups):
+            first.append(self._act(act, keys[0], g, by_group[g]))
+            if g < groups - 1:
+                token = primitives.on_host(functools.partial(self._host_send, g), _TOKEN, first[g][2], token)
+        head, token = self._exchange(groups - 1, first[-1][2], 0, token)
+        by_group = [head.obs, *by_group[1:]]
+
+        def one_step(carry: tuple[list[jax.Array], jax.Array], key: jax.Array) -> tuple[Any, Any]:
+            by_group, token = carry
+            by_group, acted, received = list(by_group), [], []
+            for g in range(groups):
+                acted.append(self._act(act, key, g, by_group[g]))
+                step, token = self._exchange(g, acted[g][2], (g + 1) % groups, token)
+                by_group[(g + 1) % groups] = step.obs
+                received.append(step)
+            return (by_group, token), (acted, received)
+
+        (by_group, token), (acted, received) = jax.lax.scan(one_step, (by_group, token), keys[1:])
+        tails = []
+        for g in range(1, groups):
+            step, token = primitives.on_host(functools.partial(self._host_receive, g), (self._step(self.group_size), _TOKEN),
+                                             token)
+            by_group[g] = step.obs
+            tails.append(step)
+        # group 0's steps came back after the last group acted; group g's after group g - 1 did, a step later
+        stepped = [_cat(head, received[groups - 1])] + [_cat_after(received[g - 1], tails[g - 1])
+                                                         for g in range(1, groups)]
+        return [_cat(f, a) for f, a in zip(first, acted, strict=True)], stepped, by_group
+
+    def _exchange(self, send: int, actions: jax.Array, receive: int, token: jax.Array) -> tuple[HostStep, jax.Array]:
+        return primitives.on_host(functools.partial(self._host_exchange, send, receive), (self._step(self.group_size), _TOKEN),
+                                  actions, token)
+
+    def _join(self, parts: list[Any], axis: int) -> Any:
+        """Per-group pytrees (batch on ``axis - 1``) to one in the order of environment ids."""
+        return jax.tree.map(lambda *xs: jnp.stack(xs, axis).reshape(*xs[0].shape[:axis - 1], self.num_envs,
+                                                                     *xs[0].shape[axis:]), *parts)
+
+    def _obs(self, n: int) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct((n, *self.observation_space.shape), self.observation_space.dtype)
+
+    def _step(self, n: int) -> HostStep:
+        flag = jax.ShapeDtypeStruct((n,), jnp.bool_)
+        return HostStep(self._obs(n), jax.ShapeDtypeStruct((n,), jnp.float32), flag, flag, self._obs(n),
+                        jax.ShapeDtypeStruct((n,), jnp.float32), jax.ShapeDtypeStruct((n,), jnp.int32))
+
+    # -- the host side -------------------------------------------------------------
+
+    def pool(self) -> HostEnvPool:
+        """The worker pool, started if it is not up."""
+        live = getattr(self, "_pool", None)
+        if live is None or not live.alive:
+            live = HostEnvPool(self.name, self.num_envs, self.workers, self.groups, **dict(self.kwargs))
+            object.__setattr__(self, "_pool", live)
+            _LIVE.add(self)
+        return live
+
+    def close(self) -> None:
+        """Stop the workers (a later reset starts them again)."""
+        live = getattr(self, "_pool", None)
+        if live is not None:
+            live.close()
+        _LIVE.discard(self)
+
+    def _host(self, request: Any) -> Any:
+        try:
+            return request(self.pool())
+        except EnvWorkerError as error:
+            _FAILURES.append(error)
+            _LIVE.discard(self)
+            raise
+
+    def _converted(self, step: HostStep) -> HostStep:
+        dtype = self.observation_space.dtype
+        return HostStep(step.obs.astype(dtype), step.reward.astype(np.float32), step.terminated.astype(bool),
+                        step.truncated.astype(bool), step.final_obs.astype(dtype), step.score.astype(np.float32),
+                        step.length.astype(np.int32))
+
+    def _host_reset(self, seeds: np.ndarray) -> np.ndarray:
+        return self._host(lambda pool: pool.reset(np.asarray(seeds))).astype(self.observation_space.dtype)
+
+    def _host_step(self, actions: np.ndarray) -> HostStep:
+        return self._converted(self._host(lambda pool: pool.step(np.asarray(actions))))
+
+    def _host_send(self, group: int, actions: np.ndarray, token: np.ndarray) -> np.ndarray:
+        self._host(lambda pool: pool.send(group, np.asarray(actions)))
+        return np.int32(token + 1)
+
+    def _host_receive(self, group: int, token: np.ndarray) -> tuple[HostStep, np.ndarray]:
+        return self._converted(self._host(lambda pool: pool.receive(group))), np.int32(token + 1)
+
+    def _host_exchange(self, send: int, receive: int, actions: np.ndarray, token: np.ndarray) -> tuple[HostStep, np.ndarray]:
+        self._host_send(send, actions, token)
+        return self._host_receive(receive, token)
+
+
+def _cat(first: Any, rest: Any) -> Any:
+    """``first`` (one step) before ``rest`` (stacked steps)."""
+    return jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
+
+
+def _cat_after(rest: Any, last: Any) -> Any:
+    """``rest`` (stacked steps) before ``last`` (one step)."""
+    return jax.tree.map(lambda a, b: jnp.concatenate([a, b[None]]), rest, last)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0][:8]
+
+
+@atexit.register
+def _close_all() -> None:
+    for env in list(_LIVE):
+        env.close()
