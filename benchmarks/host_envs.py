@@ -3,6 +3,7 @@ against Stable-Baselines3, side by side.
 
     python benchmarks/host_envs.py ring [--env gymnasium:CartPole-v1] [--steps 65536] [--pairs 3]
     python benchmarks/host_envs.py sb3 --sb3-python VENV/bin/python [--env CartPole-v1] [--steps 100000] [--pairs 3]
+    python benchmarks/host_envs.py stepping [--env ale:Breakout] [--envpool-python VENV/bin/python] [--pairs 3]
 
 ``ring``: PPO with ``env_ring`` on and off (the same groups, the same numbers:
 ``tests/test_host_envs.py``), each compiled once, timed in alternating runs from
@@ -16,6 +17,12 @@ Stable-Baselines3 (``sb3_ppo.py``, run by ``--sb3-python``) with its in-process
 ``DummyVecEnv`` and its worker-process ``SubprocVecEnv``, alternating; steps per
 second of training (SB3's ``learn``; the framework's run after compiling), their
 ratios and the final returns.
+
+``stepping``: Atari games stepped with random actions, no learning: the pool's worker
+processes (``HostEnvPool``, each worker one ale-py vector environment) against one
+ale-py vector environment with as many threads in this process, and against EnvPool
+(``envpool_step.py``, run by ``--envpool-python``) likewise; environment steps per
+second, alternating.
 """
 
 from __future__ import annotations
@@ -108,21 +115,71 @@ def sb3(args: argparse.Namespace) -> None:
               f"{np.mean(returns['jaxrl_frag']):.1f} vs {np.mean(returns[name]):.1f}")
 
 
+def _pool_sps(env: str, num_envs: int, workers: int, steps: int) -> float:
+    from jaxrl_frag.envs.host_pool import HostEnvPool
+
+    with HostEnvPool(env, num_envs, num_workers=workers) as pool:
+        pool.reset(0)
+        actions = np.random.default_rng(0).integers(0, pool.action_space.n, (steps, num_envs))
+        start = time.perf_counter()
+        for step in actions:
+            pool.step(step)
+        return steps * num_envs / (time.perf_counter() - start)
+
+
+def _vector_sps(env: str, num_envs: int, threads: int, steps: int) -> float:
+    from ale_py.vector_env import AtariVectorEnv
+
+    from jaxrl_frag.envs.host_pool import rom_id
+
+    games = AtariVectorEnv(rom_id(env.removeprefix("ale:")), num_envs=num_envs, num_threads=threads,
+                           autoreset_mode="SameStep", reward_clipping=False)
+    games.reset(seed=0)
+    actions = np.random.default_rng(0).integers(0, games.single_action_space.n, (steps, num_envs)).astype(np.int32)
+    start = time.perf_counter()
+    for step in actions:
+        games.step(step)
+    games.close()
+    return steps * num_envs / (time.perf_counter() - start)
+
+
+def stepping(args: argparse.Namespace) -> None:
+    sps: dict[str, list[float]] = {"worker pool": [], "ale-py in process": []}
+    if args.envpool_python:
+        sps["EnvPool in process"] = []
+    for pair in range(args.pairs):
+        sps["worker pool"].append(_pool_sps(args.env, args.num_envs, args.workers, args.steps))
+        sps["ale-py in process"].append(_vector_sps(args.env, args.num_envs, args.workers, args.steps))
+        if args.envpool_python:
+            out = subprocess.run([args.envpool_python, str(Path(__file__).with_name("envpool_step.py")), "--game",
+                                  args.env.removeprefix("ale:"), "--num-envs", str(args.num_envs), "--threads",
+                                  str(args.workers), "--steps", str(args.steps)], capture_output=True, text=True, check=True)
+            sps["EnvPool in process"].append(json.loads(out.stdout.strip().splitlines()[-1])["sps"])
+        print(f"pair {pair}: " + ", ".join(f"{name} {values[-1]:.0f} steps/s" for name, values in sps.items()), flush=True)
+    for name in list(sps)[1:]:
+        ratios = [ours / theirs for ours, theirs in zip(sps["worker pool"], sps[name], strict=True)]
+        print(f"worker pool / {name}: {statistics.median(ratios):.2f}x (pairs {', '.join(f'{r:.2f}' for r in ratios)})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
-    for name, steps in (("ring", 65_536), ("sb3", 100_000)):
+    for name, steps, env in (("ring", 65_536, "gymnasium:CartPole-v1"), ("sb3", 100_000, "gymnasium:CartPole-v1"),
+                             ("stepping", 2_000, "ale:Breakout")):
         p = sub.add_parser(name)
-        p.add_argument("--env", default="gymnasium:CartPole-v1")
+        p.add_argument("--env", default=env)
         p.add_argument("--num-envs", type=int, default=8)
         p.add_argument("--steps", type=float, default=steps)
         p.add_argument("--pairs", type=int, default=3)
     sub.choices["ring"].add_argument("--num-steps", type=int, default=128)
     sub.choices["sb3"].add_argument("--sb3-python", required=True, help="the Python of an environment with "
                                                                         "stable-baselines3 and torch")
+    sub.choices["stepping"].add_argument("--workers", type=int, default=2, help="worker processes, and threads of "
+                                                                               "the in-process vector environments")
+    sub.choices["stepping"].add_argument("--envpool-python", help="the Python of an environment with envpool")
     args = parser.parse_args()
     args.steps = int(args.steps)
-    {"ring": ring, "sb3": sb3}[args.what](args)
+    {"ring": ring, "sb3": sb3, "stepping": stepping}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,8 @@ def patches(x: jax.Array, kernel: int = 3, stride: int = 1) -> jax.Array:
     them). The stride must divide the kernel; the rows and columns past the last
     window are dropped. Cut as whole ``stride x stride`` blocks (space to depth), then
     neighbouring blocks side by side: no gathers, and fast on XLA's CPU backend."""
+    if kernel % stride:
+        raise ValueError(f"patches: the stride {stride} must divide the kernel {kernel}")
     n, h, w, c = x.shape
     out_h, out_w, k = (h - kernel) // stride + 1, (w - kernel) // stride + 1, kernel // stride
     blocks_h, blocks_w = out_h + k - 1, out_w + k - 1
