@@ -116,11 +116,14 @@ def sb3(args: argparse.Namespace) -> None:
 
 
 def _pool_sps(env: str, num_envs: int, workers: int, steps: int) -> float:
-    from jaxrl_frag.envs.host_pool import HostEnvPool
+    from jaxrl_frag.envs.host_pool import HostEnvPool, environments
 
+    probe = environments(env, 1, {})
+    choices = probe.action_space.n
+    probe.close()
     with HostEnvPool(env, num_envs, num_workers=workers) as pool:
         pool.reset(0)
-        actions = np.random.default_rng(0).integers(0, pool.action_space.n, (steps, num_envs))
+        actions = np.random.default_rng(0).integers(0, choices, (steps, num_envs))
         start = time.perf_counter()
         for step in actions:
             pool.step(step)

@@ -110,9 +110,7 @@ class HostEnvPool:
         check(num_workers > 0 and num_workers % groups == 0 and num_envs % num_workers == 0, "num_workers",
               num_workers, f"must be a multiple of groups = {groups} that divides num_envs = {num_envs} "
               "(each worker steps an equal share of one group)")
-        probe = environments(env_id, 1, kwargs)  # the spaces; also refuses a bad id before any process starts
-        self.observation_space, self.action_space = probe.observation_space, probe.action_space
-        probe.close()
+        target = worker_id(env_id)  # refuses a bad id before any process starts
         self.env_id, self.num_envs, self.groups, self.timeout = env_id, num_envs, groups, timeout
         self.per_worker = num_envs // num_workers
         self.workers_per_group = num_workers // groups
@@ -125,7 +123,7 @@ class HostEnvPool:
                                                 pass_fds=(child.fileno(),)))
             child.close()
             self._conns.append(Connection(parent.detach()))
-            self._send(len(self._conns) - 1, (worker_id(env_id), self.per_worker, kwargs))
+            self._send(len(self._conns) - 1, (target, self.per_worker, kwargs))
 
     @property
     def group_size(self) -> int:
