@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_frag import primitives
+from jaxrl_frag.bounds import divisors
 from jaxrl_frag.envs.core import Act, Box, Discrete, Ended, Env, PyTree, Space, Steps, TimeStep
 from jaxrl_frag.envs.host_pool import FAMILIES, EnvWorkerError, HostEnvPool, HostStep, environments
 from jaxrl_frag.errors import ConfigError, check
@@ -101,10 +102,10 @@ class HostEnv(Env):
         check(jax.process_count() == 1, "env", name,
               "host environments run within one process for now; across hosts use JAX environments")
         check(isinstance(groups, int) and groups > 0 and num_envs % groups == 0, "env_groups", groups,
-              f"must divide num_envs = {num_envs}; choose one of {_divisors(num_envs)}")
+              lambda: f"must divide num_envs = {num_envs}; choose one of {divisors(num_envs, 8)}")
         if workers == 0:
-            workers = max(w for w in range(groups, num_envs + 1, groups)
-                          if num_envs % w == 0 and w <= max(groups, os.cpu_count() or 1))
+            most = max(groups, os.cpu_count() or 1)
+            workers = max(w for w in range(groups, min(num_envs, most) + 1, groups) if num_envs % w == 0)
         check(isinstance(workers, int) and workers > 0 and workers % groups == 0 and num_envs % workers == 0,
               "env_workers", workers, f"must be a multiple of env_groups = {groups} that divides num_envs = {num_envs}, "
                                       "or 0 (as many as the CPUs allow)")
@@ -283,10 +284,6 @@ def _cat(first: Any, rest: Any) -> Any:
 def _cat_after(rest: Any, last: Any) -> Any:
     """``rest`` (stacked steps) before ``last`` (one step)."""
     return jax.tree.map(lambda a, b: jnp.concatenate([a, b[None]]), rest, last)
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0][:8]
 
 
 @atexit.register

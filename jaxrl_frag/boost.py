@@ -43,6 +43,7 @@ from flax import struct
 
 from jaxrl_frag import curvature, envs, primitives, tracing
 from jaxrl_frag.algorithms import Algorithm, hyperparameter, plain, static_field
+from jaxrl_frag.bounds import INT32_MAX, check_count
 from jaxrl_frag.errors import ConfigError, check
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes.actor_critic import ActorCriticRecipe
@@ -145,7 +146,7 @@ class Boosted(Algorithm):
         check(fixed in ladder, "boost_fixed_actors", s["fixed_actors"],
               f"must be a rung of the ladder ({', '.join(map(str, ladder))})")
         for name in cls.counts:
-            check(int(s[name]) == s[name] and s[name] >= 2, f"boost_{name}", s[name], "must be an integer >= 2")
+            check_count(f"boost_{name}", s[name], low=2)
         check(0 < s["decay"] <= 1, "boost_decay", s["decay"], "must lie in (0, 1]")
         check(0 <= s["noise_smoothing"] < 1, "boost_noise_smoothing", s["noise_smoothing"], "must lie in [0, 1)")
         check(s["convexity_floor"] > 0, "boost_convexity_floor", s["convexity_floor"], "must be positive")
@@ -159,6 +160,10 @@ class Boosted(Algorithm):
         smallest = ladder[0] * recipe.num_steps
         check(s["budget_steps"] >= smallest, "budget_steps", s["budget_steps"],
               f"must cover one round at the bottom rung ({ladder[0]} * num_steps = {smallest} steps); raise it")
+        largest = ladder[-1] * recipe.num_steps
+        check(s["budget_steps"] <= INT32_MAX - largest, "budget_steps", s["budget_steps"],
+              f"must be at most {INT32_MAX:,} - {ladder[-1]} * num_steps = {INT32_MAX - largest:,} (the controller "
+              "counts the steps spent in int32): lower --budget-steps (default --total-steps)")
         kind = type(recipe)
         own = {name: getattr(recipe, name) for name in kind.fields()}
         rungs = []

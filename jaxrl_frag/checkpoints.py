@@ -14,7 +14,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import shutil
+import sys
 import time
 import warnings
 from collections.abc import Sequence
@@ -56,6 +58,7 @@ class Checkpoints:
         self.keep = keep
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True, create=True)
         self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+        _quiet_stragglers()
 
     def steps(self) -> list[int]:
         """The complete steps on disk, oldest first."""
@@ -103,6 +106,11 @@ class Checkpoints:
         """Where unusable steps are moved (kept for inspection, out of orbax's way)."""
         return self.directory.with_name(self.directory.name + ".damaged")
 
+    def damaged_steps(self) -> list[int]:
+        """The steps moved aside as unusable (by this run or an earlier one), oldest first."""
+        names = (p.name.partition("-")[0] for p in self.damaged.iterdir()) if self.damaged.is_dir() else ()
+        return sorted(int(name) for name in names if name.isdigit())
+
     def _set_aside(self, step: int) -> Path:
         target = self.damaged / f"{step}-{time.strftime('%Y%m%d-%H%M%S')}"
         if jax.process_index() == 0:
@@ -120,8 +128,34 @@ class Checkpoints:
                 self._manager.delete(step)
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
-        self._manager.close()
+        """Wait for the saves started, then stop orbax's threads; raises what a save failed with."""
+        try:
+            self._manager.wait_until_finished()
+        finally:
+            self._manager.close()
+
+
+def _quiet_stragglers() -> None:
+    """From now on, drop the reports of orbax's reads and writes that outlive a failed
+    restore or save: tensorstore's unraisable ``RuntimeError("Event loop is closed")`` for
+    each (dozens per damaged step or failed save), and asyncio's "Task exception was never
+    retrieved". The failure itself reaches the caller; any other report goes on as before."""
+    logging.getLogger("asyncio").addFilter(_not_an_orbax_task)
+    previous = sys.unraisablehook
+    if getattr(previous, "__name__", None) == "_drop_closed_loop_reports":
+        return
+
+    def _drop_closed_loop_reports(unraisable: Any) -> None:
+        error = unraisable.exc_value
+        if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
+            previous(unraisable)
+
+    sys.unraisablehook = _drop_closed_loop_reports
+
+
+def _not_an_orbax_task(record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    return not (message.startswith("Task exception was never retrieved") and "orbax" in message)
 
 
 def check_settings(every: int | None, keep: int, chunk_iterations: int | None = None) -> None:

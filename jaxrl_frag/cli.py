@@ -3,14 +3,15 @@
     jaxrl-frag train ppo --env CartPole-v1 [--total-steps N] [--num-envs N] [--seed S] [--run-dir DIR]
     jaxrl-frag train ppo --env CartPole-v1 --boost nitro [--boost-ladder 8,16,32,64] [--budget-steps N]
     jaxrl-frag train ppo --env gymnasium:CartPole-v1 [--env-workers N] [--env-groups G] [--no-env-ring]
-    jaxrl-frag resume RUN_DIR [--override total_steps=N]
+    jaxrl-frag resume RUN_DIR [--override total_steps=N] [--restart]
     jaxrl-frag explain ppo --env CartPole-v1 [--policy actor-learner --transfer-dtype bfloat16]
     jaxrl-frag envs
 
 Every recipe setting is a flag, generated from the recipe's dataclass. A wrong
 setting prints one paragraph on stderr and exits with status 2; a run that goes
 non-finite stops with status 3, one whose host environment worker fails with status
-4; SIGINT or SIGTERM saves a checkpoint and exits 0.
+4, one that cannot write its files (a full disk) with status 5; SIGINT or SIGTERM
+saves a checkpoint and exits 0.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import decimal
+import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -29,9 +33,11 @@ from typing import Any
 
 import numpy as np
 
+from jaxrl_frag.bounds import CPU_DEVICES_MAX, INT32_MAX, MEMBERS_MAX, SEED_MAX, check_count
 from jaxrl_frag.errors import ConfigError, check
 
-USAGE_ERROR, NON_FINITE, ENV_WORKER_FAILED = 2, 3, 4
+USAGE_ERROR, NON_FINITE, ENV_WORKER_FAILED, WRITE_FAILED = 2, 3, 4, 5
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process that Ctrl-C ended
 POLICIES = ("single", "data-parallel", "population", "actor-learner")
 # settings a resumed run may change: they decide how long it runs, where and how it
 # reports, not what it computes per iteration
@@ -43,19 +49,45 @@ _ACTOR_LEARNER = ("actor_devices", "learner_devices", "staleness", "transfer_dty
 _RUNTIME_KEYS = ("jax", "backend", "processes", "device_count", "settings")
 
 
+# a negative number in any form ``float`` reads (-3, -1e-3, -.5, -inf) is a flag's value, not a flag: the
+# matcher of recent Pythons (older ones miss exponents), and the words for infinity and nan
+_NEGATIVE_NUMBER = re.compile(r"-\.?\d|-(inf|infinity|nan)$", re.IGNORECASE)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, reporting a usage error in one line and a pointer to ``--help``
+    (not the usage), and reading every negative number (``--lr -1e-3``) as a value."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_NUMBER
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(USAGE_ERROR, f"jaxrl-frag: error: {message}\nrun '{self.prog} --help' for the settings\n")
+
+
 def _int(text: str) -> int:
-    """An integer, also written as ``5e5`` or ``500_000``."""
-    value = float(text.replace("_", ""))
-    if not value.is_integer():
+    """An integer, also written as ``5e5`` or ``500_000`` (exactly: ``1e30`` is 10**30)."""
+    try:
+        value = decimal.Decimal(text.replace("_", ""))
+    except decimal.InvalidOperation:
+        value = decimal.Decimal("nan")
+    if not (value.is_finite() and value == value.to_integral_value()):
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    if value.adjusted() > 308:  # beyond float's range: refused before it is expanded digit by digit
+        raise argparse.ArgumentTypeError(f"{text!r} is too large for any setting")
     return int(value)
 
 
 def _widths(text: str) -> tuple[int, ...]:
+    """Comma-separated whole numbers, e.g. ``64,64``."""
     try:
-        return tuple(_int(w) for w in text.split(",") if w.strip())
-    except (ValueError, argparse.ArgumentTypeError):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of widths, e.g. 64,64") from None
+        widths = tuple(_int(w) for w in text.split(",") if w.strip())
+    except argparse.ArgumentTypeError:
+        widths = ()
+    if not widths:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers, e.g. 64,64")
+    return widths
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {"int": _int, "float": float, "str": str, "tuple[int, ...]": _widths}
@@ -122,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     from jaxrl_frag.recipes import RECIPES
     from jaxrl_frag.transforms.precision import TRANSFER_DTYPES
 
-    parser = argparse.ArgumentParser(prog="jaxrl-frag", description="RL algorithms compiled whole into XLA programs.")
+    parser = _Parser(prog="jaxrl-frag", description="RL algorithms compiled whole into XLA programs.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     train = commands.add_parser("train", help="train a recipe and write a run directory")
@@ -130,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("run_dir", type=Path, help="the run directory (holds config.json and checkpoints/)")
     resume.add_argument("--override", action="append", default=[], metavar="NAME=VALUE",
                         help=f"change a setting that a resumed run may change ({', '.join(RESUMABLE_CHANGES)}); repeatable")
+    resume.add_argument("--restart", action="store_true",
+                        help="start the run over from iteration 0 with its settings, its old rows kept aside as "
+                             "metrics.DATE.csv (for a run left with no usable checkpoint)")
     _add_runtime_flags(resume, with_devices=False)
     resume.set_defaults(handler=_resume)
     explain = commands.add_parser("explain", help="print the fragment graph and XLA's cost figures, without training")
@@ -204,11 +239,13 @@ def _configure_runtime(argv: Sequence[str] | None) -> None:
     ``--devices`` touches only the CPU backend; an accelerator keeps its real devices."""
     from jaxrl_frag import distributed
 
-    early = argparse.ArgumentParser(add_help=False)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = argv[:2] if argv[:1] in (["train"], ["explain"]) else argv[:1]  # with its recipe
+    prog = " ".join(["jaxrl-frag", *(word for word in command if not word.startswith("-"))])
+    early = _Parser(prog=prog, add_help=False)  # its errors read as the full parser's
     _add_runtime_flags(early)
     early.add_argument("--policy")
     args = early.parse_known_args(argv)[0]
-    argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["resume"]:  # the saved device count, unless overridden
         early.add_argument("run_dir", type=Path, nargs="?")
         early.add_argument("--override", action="append", default=[])
@@ -216,13 +253,19 @@ def _configure_runtime(argv: Sequence[str] | None) -> None:
         if resume.run_dir is not None:
             from jaxrl_frag.rundir import RunDir
 
-            saved = {**RunDir(resume.run_dir).read_config()["settings"], **_parse_overrides(resume.override)}
-            for name in ("devices", "policy", "actor_devices", "learner_devices"):
-                setattr(args, name, saved.get(name, getattr(args, name)))
+            run_dir = RunDir(resume.run_dir)
+            saved = {**run_dir.read_config()["settings"], **_parse_overrides(resume.override)}
+            for name, kind in (("devices", int), ("policy", str), ("actor_devices", int), ("learner_devices", int)):
+                value = saved.get(name, getattr(args, name))
+                if not (value is None or type(value) is kind):
+                    raise run_dir.config_error(f"holds {name}={value!r}, which --{name.replace('_', '-')} cannot be")
+                setattr(args, name, value)
     if args.devices is None and args.policy == "actor-learner":
         args.devices = args.actor_devices + args.learner_devices
     if args.devices is not None:
-        check(args.devices > 0, "devices", args.devices, "must be a positive device count")
+        check_count("devices", args.devices, CPU_DEVICES_MAX,
+                    "on CPU it forces that many host devices: XLA's CPU client takes half a minute to start 8,192, "
+                    "twenty minutes 16,384, and aborts from 32,768; an accelerator keeps the devices it has")
         import jax
 
         try:
@@ -231,6 +274,8 @@ def _configure_runtime(argv: Sequence[str] | None) -> None:
             have = len(jax.devices("cpu"))
             check(have >= args.devices, "devices", args.devices,
                   f"the CPU backend is already running with {have} devices; start a new process")
+    if args.num_processes is not None:
+        check_count("num_processes", args.num_processes, INT32_MAX, "jax's distributed runtime counts in int32")
     distributed.initialize(args.coordinator, args.num_processes, args.process_id)
 
 
@@ -254,12 +299,14 @@ def _make_policy(args: argparse.Namespace) -> Any:
 def _make_algorithm(args: argparse.Namespace) -> tuple[Any, list[tuple[dict[str, float], int]] | None]:
     """The algorithm, and for a population (``--seeds`` > 1 or ``--sweep``) its members'
     settings and seeds, in member order."""
-    from jaxrl_frag import sweeps
+    from jaxrl_frag import costs, sweeps
     from jaxrl_frag.boost import Boosted
     from jaxrl_frag.transforms import Population
 
     if args.chunk_iterations is not None:
-        check(args.chunk_iterations > 0, "chunk_iterations", args.chunk_iterations, "must be a positive iteration count")
+        check_count("chunk_iterations", args.chunk_iterations)
+    check_count("seed", args.seed, SEED_MAX, "seeds are uint32", low=0)
+    check_count("seeds", args.seeds, SEED_MAX - args.seed + 1, f"the seeds from --seed {args.seed} on are uint32")
     overrides = _recipe_overrides(args, args.recipe_cls)
     boosting = getattr(args, "boost", "off") != "off"
     boost_settings = _boost_settings(args) if boosting else {}
@@ -270,6 +317,8 @@ def _make_algorithm(args: argparse.Namespace) -> tuple[Any, list[tuple[dict[str,
               "boosted runs take the single or population policy (the ladder slices one environment pool)")
         check("num_envs" not in overrides, "num_envs", overrides.get("num_envs"),
               "a boosted run's environment counts are its --boost-ladder; drop --num-envs")
+        for count in ladder:
+            check_count("boost_ladder", count)
         overrides["num_envs"] = ladder[-1]
 
     def build(**settings: Any) -> Any:
@@ -284,15 +333,44 @@ def _make_algorithm(args: argparse.Namespace) -> tuple[Any, list[tuple[dict[str,
         check(args.samples is None, "samples", args.samples, "--samples is for random search with --sweep")
         algorithms, members = [build(**overrides)], None
     else:
+        size = sweeps.count(args.sweep, args.samples) * args.seeds
+        check(size <= MEMBERS_MAX, "population", size,
+              f"--sweep and --seeds make that many members (settings times seeds), and at most {MEMBERS_MAX:,} are "
+              "built (one by one, on the host): sweep fewer values or seeds, or split the sweep over runs")
         setting_list = sweeps.settings(args.sweep, args.samples, args.seed)
         sweeps.check_traced(args.recipe_cls, list(setting_list[0]))
         members = sweeps.members(setting_list, args.seeds, args.seed)
         algorithms = [build(**{**overrides, **setting}) for setting, _ in members]
+    costs.check_state_fits(algorithms[0], len(algorithms), _memory_fix(args, program=False))
     if calibrating:
         algorithms = _calibrated(args, algorithms)
     if members is None:
         return algorithms[0], None
     return Population.of(algorithms, [seed for _, seed in members]), members
+
+
+def _memory_fix(args: argparse.Namespace, program: bool) -> str:
+    """What to change, in flags, for a run whose state (or with ``program``, whose
+    compiled program) does not fit its devices' memory."""
+    fields = {f.name for f in dataclasses.fields(args.recipe_cls)}
+    boosting = getattr(args, "boost", "off") != "off"
+    sizes = ("num_envs", "num_steps", "buffer_size", "minibatch_size", "hidden") if program else (
+        "num_envs", "buffer_size", "hidden")
+    flags = [f"--{'boost_ladder' if boosting and name == 'num_envs' else name}".replace("_", "-")
+             for name in sizes if name in fields]
+    fix = f"lower {', '.join(flags[:-1])} or {flags[-1]}"
+    if program and "num_minibatches" in fields:
+        fix += ", or raise --num-minibatches"
+    if args.seeds > 1 or args.sweep:
+        fix += ", or train fewer members (--seeds, --sweep)"
+    return fix
+
+
+def _check_fits(program: Any, args: argparse.Namespace) -> None:
+    """Refuse a compiled ``program`` that its devices' memory cannot hold, before it runs."""
+    from jaxrl_frag import costs
+
+    costs.check_program_fits(program.executables, _memory_fix(args, program=True))
 
 
 def _calibrated(args: argparse.Namespace, algorithms: list[Any]) -> list[Any]:
@@ -353,12 +431,13 @@ def _train(args: argparse.Namespace) -> int:
     check(not args.resume or args.run_dir is not None, "resume", True, "give the --run-dir of the run to continue")
     if is_main_process():
         run_dir.check_free(args.overwrite, args.resume)
-    if args.resume:  # a boosted run keeps the rounds' device-seconds it was calibrated with
-        args.boost_round_seconds = run_dir.read_config().get("round_seconds")
+    saved = run_dir.read_config() if args.resume else None
+    if saved is not None:  # a boosted run keeps the rounds' device-seconds it was calibrated with
+        args.boost_round_seconds = saved.get("round_seconds")
     algo, members = _make_algorithm(args)
     config = _resolved_config(args, algo)
-    if args.resume:
-        changed = changed_settings(run_dir.read_config(), config, _RUNTIME_KEYS)
+    if saved is not None:
+        changed = changed_settings(saved, config, _RUNTIME_KEYS)
         safe = [name for name in changed if name in RESUMABLE_CHANGES]
         check(not changed, "resume", ", ".join(changed.values()),
               f"these settings differ from the run in {run_dir.path}; resume it unchanged with "
@@ -370,17 +449,16 @@ def _train(args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     from jaxrl_frag.checkpoints import changed_settings
+    from jaxrl_frag.distributed import is_main_process
     from jaxrl_frag.rundir import RunDir
 
     run_dir = RunDir(args.run_dir)
     overrides = _parse_overrides(args.override)
+    if is_main_process():
+        run_dir.check_free(resume=True)  # a run's directory, writable, and written by no other process
     saved = run_dir.read_config()
-    # the row and checkpoint intervals stay as they were, unless overridden, even where a
-    # default derived from the run length would now give another value
-    settings = {**saved["settings"], "chunk_iterations": saved["chunk_iterations"],
-                "checkpoint_every": saved["checkpoint_every"], **overrides}
-    train_args = build_parser().parse_args(["train", settings["recipe"], "--env", settings["env"]])
-    vars(train_args).update(settings, resume=True, run_dir=run_dir.path, overwrite=False,
+    train_args = _saved_train_args(run_dir, saved, overrides)
+    vars(train_args).update(resume=True, run_dir=run_dir.path, overwrite=False,
                             boost_round_seconds=saved.get("round_seconds"),
                             coordinator=args.coordinator, num_processes=args.num_processes, process_id=args.process_id)
     algo, members = _make_algorithm(train_args)
@@ -388,7 +466,43 @@ def _resume(args: argparse.Namespace) -> int:
     changed = changed_settings(saved, config, (*_RUNTIME_KEYS, *overrides))
     check(not changed, "config", ", ".join(changed.values()),
           "the saved settings no longer build the same run (was the recipe's code changed?); start a new run")
-    return _run(train_args, run_dir, algo, members, config)
+    return _run(train_args, run_dir, algo, members, config, restart=args.restart)
+
+
+def _saved_train_args(run_dir: Any, saved: dict[str, Any], overrides: dict[str, Any]) -> argparse.Namespace:
+    """``train``'s arguments for the run in ``run_dir``: its saved settings (the row and
+    checkpoint intervals as they were, even where a default derived from the run length
+    would now give another value), then ``overrides``. ``ConfigError`` where config.json
+    holds a setting that ``train`` does not take, or a value that its flag cannot give."""
+    from jaxrl_frag.boost import Boosted
+    from jaxrl_frag.recipes import RECIPES
+
+    settings = {**saved["settings"], "chunk_iterations": saved["chunk_iterations"],
+                "checkpoint_every": saved["checkpoint_every"], **overrides}
+    if settings["recipe"] not in RECIPES:
+        raise run_dir.config_error(f"names the recipe {settings['recipe']!r}, not one of {', '.join(RECIPES)}")
+    args = build_parser().parse_args(["train", settings["recipe"], "--env", settings["env"]])
+    hints = typing.get_type_hints(args.recipe_cls) | {f"boost_{k}": v for k, v in typing.get_type_hints(Boosted).items()}
+    known = vars(args).keys() & (_settings(args).keys() | hints.keys())
+    for name, value in settings.items():
+        if name not in known:
+            raise run_dir.config_error(f"holds the setting {name!r}, which `train {settings['recipe']}` does not take")
+        default = getattr(args, name)
+        hint = type(default) if default is not None else hints.get(name, int)  # unset: a recipe's, or a count
+        if not ((value is None and default is None) or _fits(value, hint)):
+            raise run_dir.config_error(f"holds {name}={value!r}, which --{name.replace('_', '-')} cannot be")
+    vars(args).update(settings)
+    return args
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether ``value``, read from JSON, is one that a flag of type ``hint`` gives (a tuple
+    is saved as a list, a float may be saved as a whole number)."""
+    if hint is float:
+        return type(value) in (int, float)
+    if hint is list or typing.get_origin(hint) is tuple:
+        return isinstance(value, list) and all(_fits(v, (typing.get_args(hint) or (str,))[0]) for v in value)
+    return type(value) is hint
 
 
 def _parse_overrides(specs: Sequence[str]) -> dict[str, Any]:
@@ -408,74 +522,112 @@ def _parse_overrides(specs: Sequence[str]) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace, run_dir: Any, algo: Any, members: list[tuple[dict[str, float], int]] | None,
-         config: dict[str, Any]) -> int:
-    """Compile, then train (from the newest checkpoint when resuming), writing the run directory."""
+         config: dict[str, Any], restart: bool = False) -> int:
+    """Compile, then train (from the newest checkpoint when resuming; with ``restart`` from
+    iteration 0, the old rows kept aside), writing the run directory while holding its lock.
+    A write that the disk or its permissions refuse ends the run with ``WRITE_FAILED``."""
+    from jaxrl_frag.rundir import CONFIG, write_failure
+
+    absl = logging.getLogger("absl")
+    absl.addFilter(_not_from_orbax)
+    try:
+        with run_dir:
+            return _run_locked(args, run_dir, algo, members, config, restart)
+    except Exception as error:
+        failure = write_failure(error, run_dir.path)
+        if failure is None:
+            raise
+        again = (f"continue it with `jaxrl-frag resume {run_dir.path}`" if (run_dir.path / CONFIG).exists()
+                 else "run the command again")
+        print(f"jaxrl-frag: error: could not write {failure}; the run stopped, the checkpoints it saved before are "
+              f"intact. Once there is room (or permission), {again}", file=sys.stderr)
+        return WRITE_FAILED
+    finally:
+        absl.removeFilter(_not_from_orbax)
+
+
+def _not_from_orbax(record: logging.LogRecord) -> bool:
+    """Drops orbax's log records: a failed checkpoint write is logged, traceback and all, by
+    each of its threads it passes through, and reaches the run as one error, reported once."""
+    return "orbax" not in Path(record.pathname).parts
+
+
+def _run_locked(args: argparse.Namespace, run_dir: Any, algo: Any, members: list[tuple[dict[str, float], int]] | None,
+                config: dict[str, Any], restart: bool) -> int:
+    """``_run``'s work; ``_run`` closes ``run_dir``, releasing its lock."""
     import jax
 
     import jaxrl_frag as jf
-    from jaxrl_frag.checkpoints import Checkpoint, Checkpoints
+    from jaxrl_frag.checkpoints import Checkpoints
     from jaxrl_frag.distributed import is_main_process
     from jaxrl_frag.envs import EnvWorkerError
     from jaxrl_frag.errors import NonFiniteError
+    from jaxrl_frag.rundir import METRICS
 
     main_process = is_main_process()  # only process 0 prints and writes
     say = print if main_process else _quiet
+    if main_process and args.resume:
+        run_dir.lock()  # a new run's directory is locked as it is made, once compiled
     policy = _make_policy(args)
     _enable_compilation_cache()
     size = f"{'up to ' if algo.iterations_vary else ''}{algo.num_iterations} iterations of " + (
         f"at least {algo.steps_per_iteration} steps (boosted)" if algo.iterations_vary else f"{algo.steps_per_iteration} steps")
     say(f"{args.recipe} on {args.env}: {size} -> {run_dir.path}")
     program = jf.compile(algo, policy, chunk_iterations=config["chunk_iterations"])  # validates the placement too
+    _check_fits(program, args)
     say(f"compiled in {program.compile_seconds:.1f} s; {policy.describe()}")
     if main_process and not args.resume:
         run_dir.create(args.overwrite)
     config = {**config, "device_count": policy.device_count, "processes": jax.process_count(), "jax": jax.__version__,
               "backend": jax.default_backend(), "settings": _settings(args)}
     checkpoints = Checkpoints(run_dir.checkpoints, every=config["checkpoint_every"], keep=config["keep_checkpoints"])
-    start: Any = jax.random.PRNGKey(args.seed)
-    if args.resume and checkpoints.steps():
-        start = program.restore(checkpoints, allow_changes=RESUMABLE_CHANGES)
-    elif args.resume:  # killed before its first checkpoint: from the start is the same run
-        say(f"no checkpoint in {checkpoints.directory} yet: starting the run from iteration 0")
-    done = start.iteration if isinstance(start, Checkpoint) else 0
-    if isinstance(start, Checkpoint) and bool(algo.finished(start.state)):
-        checkpoints.close()
-        say(f"the run in {run_dir.path} is complete: its budget is spent ({done} iterations)")
-        return 0
-    if done >= algo.num_iterations:
-        checkpoints.close()
-        check(done == algo.num_iterations, "total_steps", algo.num_iterations * algo.steps_per_iteration,
-              f"is below the {done * algo.steps_per_iteration} steps the run has already taken; give more")
-        say(f"the run in {run_dir.path} is complete ({done} iterations); to train on, resume it with "
-            f"--override total_steps=N (N > {done * algo.steps_per_iteration})")
-        return 0
-    if main_process:
-        run_dir.write_config(config)
-        run_dir.truncate_metrics(done)
-        run_dir.open_log(purge_step=done * algo.steps_per_iteration + 1)
-    on_chunk = _Reporter(run_dir, members, algo, done) if main_process else None
-    stop = _StopOnSignal()
     try:
-        with stop:
-            history = program.run(start, on_chunk=on_chunk, checkpoints=checkpoints, stop=stop,
-                                  meta={"run_config": config})
-    except NonFiniteError as error:
-        last = checkpoints.steps()
-        kept = f"the last good checkpoint is iteration {last[-1]} in {checkpoints.directory}" if last else "no checkpoint"
-        print(f"jaxrl-frag: error: {error}; stopped, {kept}. Lower the learning rate or check the environment, "
-              "and start a new run", file=sys.stderr)
-        return NON_FINITE
-    except EnvWorkerError as error:
-        last = checkpoints.steps()
-        kept = (f"the last checkpoint is iteration {last[-1]}: resume with jaxrl-frag resume {run_dir.path} (the "
-                "environments start afresh)") if last else "no checkpoint was written yet"
-        print(f"jaxrl-frag: error: {error}; the run stopped, {kept}", file=sys.stderr)
-        return ENV_WORKER_FAILED
+        start = _resume_point(program, checkpoints, run_dir, say) if args.resume and not restart else None
+        done = 0 if start is None else start.iteration
+        finished = start is not None and bool(algo.finished(start.state))
+        check(finished or done <= algo.num_iterations, "total_steps", algo.num_iterations * algo.steps_per_iteration,
+              f"is below the {done * algo.steps_per_iteration} steps the run has already taken; give more")
+        if main_process and restart:
+            aside = run_dir.set_aside_metrics() if (run_dir.path / METRICS).exists() else None
+            say("starting the run over from iteration 0" + (f"; its old rows are kept in {aside}" if aside else ""))
+        elif main_process and args.resume:
+            rows = None if start is None else start.meta.get("rows")
+            note = run_dir.keep_metrics(done, None if rows is None else [r for row in rows for r in _member_rows(row, members)])
+            if note is not None:
+                say(note)
+        if finished:
+            say(f"the run in {run_dir.path} is complete: its budget is spent ({done} iterations)")
+            return 0
+        if done == algo.num_iterations:
+            say(f"the run in {run_dir.path} is complete ({done} iterations); to train on, resume it with "
+                f"--override total_steps=N (N > {done * algo.steps_per_iteration})")
+            return 0
+        if main_process:
+            run_dir.write_config(config)
+            run_dir.open_log(purge_step=done * algo.steps_per_iteration + 1)
+        on_chunk = _Reporter(run_dir, members, algo, done) if main_process else None
+        stop = _StopOnSignal()
+        try:
+            with stop:
+                history = program.run(jax.random.PRNGKey(args.seed) if start is None else start, on_chunk=on_chunk,
+                                      checkpoints=checkpoints, stop=stop, meta={"run_config": config})
+        except NonFiniteError as error:
+            last = checkpoints.steps()
+            kept = f"the last good checkpoint is iteration {last[-1]} in {checkpoints.directory}" if last else "no checkpoint"
+            print(f"jaxrl-frag: error: {error}; stopped, {kept}. Lower the learning rate or check the environment, "
+                  "and start a new run", file=sys.stderr)
+            return NON_FINITE
+        except EnvWorkerError as error:
+            last = checkpoints.steps()
+            kept = (f"the last checkpoint is iteration {last[-1]}: resume with jaxrl-frag resume {run_dir.path} (the "
+                    "environments start afresh)") if last else "no checkpoint was written yet"
+            print(f"jaxrl-frag: error: {error}; the run stopped, {kept}", file=sys.stderr)
+            return ENV_WORKER_FAILED
+        finally:
+            if on_chunk is not None:
+                on_chunk.close()
     finally:
         checkpoints.close()
-        if on_chunk is not None:
-            on_chunk.close()
-            run_dir.close()
     if history.stopped:
         say(f"stopped at iteration {history.iteration} of {algo.num_iterations}; checkpoint saved in "
             f"{checkpoints.directory}. Resume with: jaxrl-frag resume {run_dir.path}")
@@ -493,6 +645,47 @@ def _run(args: argparse.Namespace, run_dir: Any, algo: Any, members: list[tuple[
     return 0
 
 
+def _resume_point(program: Any, checkpoints: Any, run_dir: Any, say: Callable[..., None]) -> Any:
+    """The checkpoint a resumed run continues from: the newest usable one, with a line for
+    each unusable one and for a newest one that metrics.csv shows was saved but is gone; or
+    ``None`` where none was due yet (a run killed before its first checkpoint starts again,
+    which is the same run). ``ConfigError`` where a checkpoint was due and none is usable,
+    or where metrics.csv is unusable and the checkpoint holds no rows to rebuild it from:
+    config.json and metrics.csv are left as they are then. Every process decides alike."""
+    import warnings
+
+    last_row, problem = run_dir.inspect_metrics()
+    every = run_dir.read_config()["checkpoint_every"]  # the interval the rows were written with
+    with warnings.catch_warnings(record=True) as unusable:
+        try:
+            start = program.restore(checkpoints, allow_changes=RESUMABLE_CHANGES) if checkpoints.steps() else None
+        except ConfigError as error:
+            if error.field != "checkpoint":  # the one for no usable checkpoint
+                raise
+            start = None
+    for warning in unusable:
+        say(f"jaxrl-frag: warning: {warning.message}", file=sys.stderr)
+    due = last_row // every * every  # the newest checkpoint the rows show was saved, 0 for none
+    damaged = [step for step in checkpoints.damaged_steps() if problem is not None or step <= last_row]
+    if start is None:
+        evidence = (f"metrics.csv has rows up to iteration {last_row}" if due else
+                    f"step {damaged[-1]} was moved to {checkpoints.damaged} as unusable" if damaged else None)
+        check(evidence is None, "checkpoint", str(checkpoints.directory),
+              f"holds no usable checkpoint although {evidence}; its rows are left as they are. To start the run over "
+              f"with them kept aside: jaxrl-frag resume {run_dir.path} --restart")
+        say(f"no checkpoint in {checkpoints.directory} yet: starting the run from iteration 0")
+        return None
+    if start.iteration < due and due not in damaged:
+        say(f"jaxrl-frag: warning: checkpoint step {due} is missing from {checkpoints.directory} (deleted, or never "
+            f"completed), although metrics.csv has rows up to iteration {last_row}; resuming from step "
+            f"{start.iteration}", file=sys.stderr)
+    check(problem is None or "rows" in start.meta, "run_dir", str(run_dir.path),
+          f"its metrics.csv {problem}, and checkpoint {start.iteration} holds no rows to rebuild it from; restore "
+          f"metrics.csv from a copy, or start the run over with its old rows kept aside: jaxrl-frag resume "
+          f"{run_dir.path} --restart")
+    return start
+
+
 class _Reporter:
     """Writes each row of metrics (one per member in a population) and shows progress."""
 
@@ -504,23 +697,29 @@ class _Reporter:
         self.progress = Progress(algo.num_iterations * steps, initial=done * steps)
 
     def __call__(self, row: dict[str, Any]) -> None:
-        if self.members is None:
-            self.run_dir.append_metrics(row)
-            self.progress.update(row)
-            return
-        for i, (setting, seed) in enumerate(self.members):
-            self.run_dir.append_metrics({"member": i, "seed": seed, **setting,
-                                         **{k: v[i] if np.ndim(v) else v for k, v in row.items()}})
-        self.progress.update({k: float(np.nanmean(v)) for k, v in row.items()})
+        for line in _member_rows(row, self.members):
+            self.run_dir.append_metrics(line)
+        self.progress.update(row if self.members is None else {k: float(np.nanmean(v)) for k, v in row.items()})
 
     def close(self) -> None:
         self.progress.close()
 
 
+def _member_rows(row: dict[str, Any], members: list[tuple[dict[str, float], int]] | None) -> list[dict[str, Any]]:
+    """A row of metrics as metrics.csv holds it: the row, or in a population one per member,
+    with the member's index, seed and setting."""
+    if members is None:
+        return [row]
+    return [{"member": i, "seed": seed, **setting, **{k: v[i] if np.ndim(v) else v for k, v in row.items()}}
+            for i, (setting, seed) in enumerate(members)]
+
+
 class _StopOnSignal:
     """While active, SIGINT and SIGTERM (a preemption notice) ask the run to stop after
-    its current call (calls last about ``Program.seconds_per_call``); a second SIGINT
-    interrupts at once."""
+    its current call (calls last about ``Program.seconds_per_call``, whatever the chunk
+    size); a second one ends the process at once with ``INTERRUPTED``, the checkpoint
+    being written then left unfinished (orbax commits a step by renaming it, so the
+    newest complete one is untouched)."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -530,11 +729,13 @@ class _StopOnSignal:
         return self.requested
 
     def _handle(self, signum: int, _frame: Any) -> None:
-        if self.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt
+        name = signal.Signals(signum).name  # written unbuffered: the handler may run inside a print
+        if self.requested:
+            os.write(2, f"\njaxrl-frag: second {name}: exiting now; the newest complete checkpoint is kept\n".encode())
+            os._exit(INTERRUPTED)
         self.requested = True
-        print(f"jaxrl-frag: {signal.Signals(signum).name} received: stopping after the current call "
-              "(a few seconds) and saving a checkpoint", file=sys.stderr)
+        os.write(2, f"\njaxrl-frag: {name} received: stopping after the current call (a few seconds) and saving a "
+                    "checkpoint; send it again to exit at once\n".encode())
 
     def __enter__(self) -> _StopOnSignal:
         if threading.current_thread() is threading.main_thread():
@@ -613,3 +814,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"jaxrl-frag: error: {error}", file=sys.stderr)
         return USAGE_ERROR
+    except KeyboardInterrupt:  # outside training (``_StopOnSignal`` handles SIGINT during it)
+        print("jaxrl-frag: interrupted", file=sys.stderr)
+        return INTERRUPTED

@@ -1,4 +1,5 @@
-"""FLOPs of a traced program, counting every loop iteration.
+"""FLOPs of a traced program, counting every loop iteration; the memory a program needs,
+against what its devices have.
 
 XLA's cost analysis counts the body of a loop once, whatever its trip count;
 an RL step is mostly loops (environment steps, epochs, minibatches), so its
@@ -10,10 +11,16 @@ Loops whose trip count is only known at run time (``while``) count once.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jcore
+
+from jaxrl_frag.errors import ConfigError
 
 
 def _size(aval: Any) -> int:
@@ -68,3 +75,77 @@ def xla_memory(compiled: Any, of: str = "") -> dict[str, int]:
         f"output bytes{where}": mem.output_size_in_bytes,
         f"temporary bytes{where}": mem.temp_size_in_bytes,
     }
+
+
+
+def available_memory(device: jax.Device) -> int | None:
+    """Bytes a program may use on ``device``: its allocator's limit on an accelerator, the
+    host's available memory on CPU (which every CPU device shares); ``None`` where unknown."""
+    if device.platform != "cpu":
+        return (device.memory_stats() or {}).get("bytes_limit")
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return None
+
+
+def state_bytes(algorithm: Any) -> int:
+    """Bytes of ``algorithm``'s training state, from its shapes alone (nothing is compiled)."""
+    shapes = jax.eval_shape(algorithm.init, jax.ShapeDtypeStruct((2,), jnp.uint32))
+    return sum(_size(leaf) * leaf.dtype.itemsize for leaf in jax.tree.leaves(shapes))
+
+
+def program_bytes(compiled: Any) -> int | None:
+    """Bytes a compiled program holds on each of its devices while it runs, from XLA's
+    memory analysis: arguments, outputs and temporaries, less the outputs that reuse
+    (donated) arguments; ``None`` where XLA gives no analysis."""
+    mem = compiled.memory_analysis()
+    if mem is None:
+        return None
+    return mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes - mem.alias_size_in_bytes
+
+
+def check_state_fits(algorithm: Any, copies: int, fix: str) -> None:
+    """Refuse ``copies`` of ``algorithm``'s training state (a population's members) that
+    exceed the memory of all the run's devices together, before anything is compiled
+    (XLA aborts the process compiling absurd sizes); ``fix`` says what to change."""
+    devices = jax.local_devices()
+    limits = [available_memory(d) for d in (devices[:1] if devices[0].platform == "cpu" else devices)]
+    if None in limits:
+        return
+    have, need = sum(limits) * jax.process_count(), copies * state_bytes(algorithm)
+    if need > have:
+        raise ConfigError("memory", _gib(need),
+                          f"the training state alone needs that, more than the {_gib(have)} that the run's "
+                          f"{devices[0].platform} devices have together; {fix}")
+
+
+def check_program_fits(executables: Iterable[Any], fix: str) -> None:
+    """Refuse compiled programs that cannot run in their devices' memory, before they run:
+    each device must hold the largest of the ``executables`` placed on it, and CPU devices
+    together the host's available memory; ``fix`` says what to change."""
+    need: dict[jax.Device, int] = {}
+    for compiled in executables:
+        size = program_bytes(compiled)
+        for device in {d for s in jax.tree.leaves(compiled.input_shardings) for d in s.addressable_devices}:
+            need[device] = max(need.get(device, 0), size or 0)
+    cpu = [d for d in need if d.platform == "cpu"]
+    demands = [(f"the host's {len(cpu)} CPU device(s)", cpu)] if cpu else []
+    demands += [(f"{d.platform}:{d.id}", [d]) for d in need if d.platform != "cpu"]
+    for where, devices in demands:
+        size, have = sum(need[d] for d in devices), available_memory(devices[0])
+        if have is not None and size > have:
+            raise ConfigError("memory", _gib(size),
+                              f"the compiled program needs that on {where} (arguments, outputs and temporaries, by "
+                              f"XLA's memory analysis), which have {_gib(have)} available; {fix}")
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:,.1f} GiB"

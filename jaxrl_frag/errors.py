@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -16,10 +17,11 @@ class ConfigError(ValueError):
         super().__init__(f"{field}={value!r}: {fix}")
 
 
-def check(condition: bool, field: str, value: Any, fix: str) -> None:
-    """Raise ``ConfigError(field, value, fix)`` unless ``condition`` holds."""
+def check(condition: bool, field: str, value: Any, fix: str | Callable[[], str]) -> None:
+    """Raise ``ConfigError(field, value, fix)`` unless ``condition`` holds; a callable
+    ``fix`` (a message that costs work to build) is called only then."""
     if not condition:
-        raise ConfigError(field, value, fix)
+        raise ConfigError(field, value, fix() if callable(fix) else fix)
 
 
 class NonFiniteError(FloatingPointError):

@@ -34,7 +34,7 @@ from jaxrl_frag.graph import FragmentGraph, describe_aval
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.sharding import ActorLearner, DataParallel
 from jaxrl_frag.transforms import packing, precision
-from jaxrl_frag.transforms.chunking import field_name, finite_flags
+from jaxrl_frag.transforms.chunking import Chunk, field_name, finite_flags
 from jaxrl_frag.transforms.population import Population
 
 PyTree = Any
@@ -65,8 +65,8 @@ class PipelineState:
 class ActorLearnerExecutor:
     """Compiles and runs the actor and learner programs of ``algorithm`` under ``policy``."""
 
-    def __init__(self, algorithm: Algorithm, policy: ActorLearner, max_chunks: int, check_finite: bool):
-        del max_chunks  # the host drives every iteration
+    def __init__(self, algorithm: Algorithm, policy: ActorLearner, max_rows: int, check_finite: bool):
+        del max_rows  # the host drives every iteration
         check(not isinstance(algorithm, Population), "policy", "ActorLearner",
               "does not run populations yet; use the Population policy for those")
         self.algorithm, self.policy, self.staleness = algorithm, policy, policy.staleness
@@ -145,6 +145,7 @@ class ActorLearnerExecutor:
         self._to_learner = functools.partial(jax.device_put, device=flight_l)
         self._to_actor = functools.partial(jax.device_put, device=lagged_a)
         self._zeros = jax.device_put({k: np.zeros(v.shape, np.float32) for k, v in metric_shapes.items()}, l_rep)
+        self._to_totals = functools.partial(jax.device_put, device=l_rep)
         self._health = jax.device_put((np.int32(0), {n: np.int32(_NEVER) for n in flag_names}), l_rep)
         self._actor = jax.jit(actor_call, in_shardings=(a_rep, a_held_sh, lagged_a),
                               out_shardings=(a_held_sh, flight_a), donate_argnums=(1,)
@@ -185,29 +186,32 @@ class ActorLearnerExecutor:
             in_flight = self._to_learner(out)
         return self._pipeline_state(actor, learner, queue, in_flight)
 
-    def call(self, state: PipelineState, chunks: int, k: int) -> tuple[PipelineState, dict[str, Any], int,
-                                                                         dict[str, bool]]:
+    def call(self, state: PipelineState, chunk: Chunk, iterations: int, k: int, offset: int) -> tuple[
+            PipelineState, Chunk, dict[str, Any], int, int, dict[str, bool]]:
         actor, learner = self._held(state)
         queue, flight, health = state.lagged, state.in_flight, self._health
-        totals = []
-        for _ in range(chunks):
-            total = self._zeros
-            for _ in range(k):
-                actor, out = self._actor(self._alg_actor, actor, queue[0])
-                if not self.staleness:  # the learner waits for this iteration's trajectory
-                    flight = self._to_learner(out)
-                learner, lagged, total, health = self._learner(self._alg_learner, learner, flight, total, health)
-                if self.staleness:  # the actor ran one iteration ahead: its output is the learner's next
-                    flight = self._to_learner(out)
-                queue = (*queue[1:], self._to_actor(lagged))
-            totals.append(total)
-        totals, (_, first_bad) = jax.device_get((totals, health))
-        rows = {name: np.stack([metrics_lib.reduce(t, np.float32(k))[name] for t in totals]) for name in totals[0]}
+        total, count, completed = self._to_totals(chunk.totals), int(chunk.count), []
+        for i in range(iterations):
+            actor, out = self._actor(self._alg_actor, actor, queue[0])
+            if not self.staleness:  # the learner waits for this iteration's trajectory
+                flight = self._to_learner(out)
+            learner, lagged, total, health = self._learner(self._alg_learner, learner, flight, total, health)
+            if self.staleness:  # the actor ran one iteration ahead: its output is the learner's next
+                flight = self._to_learner(out)
+            queue = (*queue[1:], self._to_actor(lagged))
+            count += 1
+            if (offset + i + 1) % k == 0:
+                completed.append((total, count))
+                total, count = self._zeros, 0
+        completed, (_, first_bad) = jax.device_get((completed, health))
         first = min(first_bad.values(), default=_NEVER)
-        if first == _NEVER:
-            return self._pipeline_state(actor, learner, queue, flight), rows, chunks * k, {n: True for n in first_bad}
-        return (self._pipeline_state(actor, learner, queue, flight), rows, int(first) + 1,
-                {n: bool(v != first) for n, v in first_bad.items()})
+        ran = iterations if first == _NEVER else int(first) + 1
+        completed = completed[:(offset + ran) // k]  # those that ended by the last iteration run
+        rows = {name: np.stack([metrics_lib.reduce(t, np.float32(c))[name] for t, c in completed]) if completed
+                else np.zeros((0, *v.shape), np.float32) for name, v in self._zeros.items()}
+        flags = {n: bool(first == _NEVER or v != first) for n, v in first_bad.items()}
+        state = self._pipeline_state(actor, learner, queue, flight)
+        return state, Chunk(total, np.int32(count)), rows, len(completed), ran, flags
 
     def _pipeline_state(self, actor: Sequence[Any], learner: Sequence[Any], queue: tuple[Buffers, ...],
                         flight: Buffers | tuple[()]) -> PipelineState:

@@ -17,7 +17,7 @@ from jax.experimental import multihost_utils
 
 from jaxrl_frag import costs, tracing
 from jaxrl_frag import metrics as metrics_lib
-from jaxrl_frag.algorithms import Algorithm
+from jaxrl_frag.algorithms import Algorithm, plain
 from jaxrl_frag.checkpoints import Checkpoint, Checkpoints, changed_settings, check_settings
 from jaxrl_frag.collectives import audit
 from jaxrl_frag.envs.host_env import worker_failure
@@ -26,7 +26,7 @@ from jaxrl_frag.explanation import Explanation
 from jaxrl_frag.graph import FragmentGraph
 from jaxrl_frag.pipeline import ActorLearnerExecutor
 from jaxrl_frag.sharding import ActorLearner, Policy, SingleDevice
-from jaxrl_frag.transforms import run_chunks
+from jaxrl_frag.transforms import Chunk, run_iterations
 
 PyTree = Any
 Row = dict[str, float]
@@ -66,11 +66,13 @@ class Program:
 
     ``run`` trains in *chunks* of ``chunk_iterations`` iterations, each reduced on
     device to one row of metrics. One call of the compiled program runs as many
-    chunks as fit in about ``seconds_per_call`` (state buffers donated), so the
-    host wakes up rarely whatever the row resolution.
+    iterations as fit in about ``seconds_per_call`` (state buffers donated), so the
+    host wakes up rarely whatever the row resolution, and a stop request is seen
+    within about that time however long a chunk is. A call may end inside a chunk;
+    the chunk's running totals carry over, so rows do not depend on where calls end.
     """
 
-    max_chunks_per_call = 64
+    max_rows_per_call = 64
 
     def __init__(self, algorithm: Algorithm, policy: Policy, chunk_iterations: int, seconds_per_call: float,
                  check_finite: bool = True):
@@ -83,7 +85,7 @@ class Program:
         self.check_finite = check_finite
         t0 = time.perf_counter()
         build = ActorLearnerExecutor if isinstance(policy, ActorLearner) else SpmdExecutor
-        self._executor: Executor = build(algorithm, policy, self.max_chunks_per_call, check_finite)
+        self._executor: Executor = build(algorithm, policy, self.max_rows_per_call, check_finite)
         self.compile_seconds = time.perf_counter() - t0
 
     def init(self, key: jax.Array) -> PyTree:
@@ -91,6 +93,11 @@ class Program:
         if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
             key = jax.random.key_data(key)
         return self._executor.init(np.asarray(key))  # host data: the same on every process
+
+    @property
+    def executables(self) -> list[jax.stages.Compiled]:
+        """The ahead-of-time compiled programs it runs (for XLA's memory and cost analyses)."""
+        return [part for part in vars(self._executor).values() if isinstance(part, jax.stages.Compiled)]
 
     def algorithm_state(self, state: PyTree) -> PyTree:
         """The algorithm's own state (parameters, optimizer and environment states) within
@@ -117,7 +124,9 @@ class Program:
         is passed to ``on_chunk`` as soon as its call returns. A run ends early once the
         algorithm is ``finished``. With ``checkpoints`` the state is saved every
         ``checkpoints.every`` iterations, at the end and when ``stop()`` (asked after
-        every call) returns true; ``meta`` is saved with it.
+        every call) returns true, with ``meta``, every row so far (``meta["rows"]``,
+        from which ``metrics.csv`` can be rebuilt) and the running totals of a chunk
+        stopped half-way (so a run resumed from it writes the same rows).
         Raises ``NonFiniteError`` at the first iteration whose state or metrics hold a
         NaN or an infinity (with ``check_finite``), after the rows and checkpoints
         before it, and ``EnvWorkerError`` (after them too) if a host environment's worker
@@ -130,59 +139,74 @@ class Program:
         every = None if checkpoints is None else checkpoints.every
         if checkpoints is not None:
             check_settings(every, checkpoints.keep, self.chunk_iterations)
-        done = start.iteration if isinstance(start, Checkpoint) else 0
+        resumed = isinstance(start, Checkpoint)
+        done = start.iteration if resumed else 0
         with _worker_failures_raised(checkpoints):
-            state = self._executor.resumed(start.state) if isinstance(start, Checkpoint) else (
-                self.init(start) if _is_key(start) else start)
+            state = self._executor.resumed(start.state) if resumed else (self.init(start) if _is_key(start) else start)
         check(done <= iterations, "iterations", iterations,
               f"the run is already at iteration {done}; give a larger total to continue it")
-        per_step = self.algorithm.steps_per_iteration
-        env_steps = np.asarray(start.meta.get("env_steps", done * per_step) if isinstance(start, Checkpoint) else 0.0)
+        per_step, k = self.algorithm.steps_per_iteration, self.chunk_iterations
+        env_steps = np.asarray(start.meta.get("env_steps", done * per_step) if resumed else 0.0)
+        chunk = self._chunk(start.meta.get("chunk") if resumed else None)
+        earlier: list[Row] = list(start.meta.get("rows", [])) if resumed else []
         rows: list[Row] = []
-        chunks_per_call, stopped, finished = 1, False, False
+        per_call, stopped, finished = 1, False, False
         if checkpoints is not None:
             checkpoints.delete_after(done)  # steps past the start belong to a run that did not survive
         while done < iterations and not stopped and not finished:
-            # rows fall on multiples of chunk_iterations; a run resumed off that grid
-            # (after a final partial chunk) first steps back onto it
-            k = min(self.chunk_iterations - done % self.chunk_iterations, iterations - done)
             until = iterations if every is None else min(iterations, (done // every + 1) * every)
-            full = k == self.chunk_iterations
-            chunks = max(1, min(chunks_per_call, (until - done) // k, self.max_chunks_per_call)) if full else 1
+            # no more chunks completed in one call than it has rows for
+            n = max(1, min(per_call, until - done, (done // k + self.max_rows_per_call) * k - done))
             start_time = time.perf_counter()
             with _worker_failures_raised(checkpoints):
-                state, call_rows, ran, flags = self._executor.call(state, chunks, k)
-                call_rows, ran, flags = jax.device_get((call_rows, ran, flags))
+                state, chunk, call_rows, num_rows, ran, flags = self._executor.call(state, chunk, n, k, done % k)
+                chunk, call_rows, num_rows, ran, flags = jax.device_get((chunk, call_rows, num_rows, ran, flags))
             seconds = time.perf_counter() - start_time
-            ran = int(ran)
+            ran, num_rows = int(ran), int(num_rows)
             bad = sorted(name for name, ok in flags.items() if not ok)
-            finished = not bad and ran < chunks * k  # the algorithm ended itself within the call
+            finished = not bad and ran < n  # the algorithm ended itself within the call
+            if bad and (done + ran) % k == 0:
+                num_rows -= 1  # the chunk that the bad iteration completed
+            ends = [(done // k + r + 1) * k for r in range(num_rows)]
+            results = [{name: values[r] for name, values in call_rows.items()} for r in range(num_rows)]
+            if not bad and chunk.count and (finished or done + ran == iterations):
+                ends.append(done + ran)  # the run ends inside a chunk: its last row is partial
+                results.append(chunk.row())
+                chunk = self._chunk(None)
             call_start = env_steps
-            call = []
-            for c in range((ran - 1) // k if bad else -(-ran // k)):  # chunks before a bad iteration; else all begun
-                done += min(k, ran - c * k)
-                metrics = metrics_lib.finalize({name: values[c] for name, values in call_rows.items()})
+            for end, result in zip(ends, results, strict=True):
+                metrics = metrics_lib.finalize(result)
                 # where iterations vary in size, the algorithm's own count (per member in a population)
-                env_steps = metrics.pop("env_steps_total", float(done * per_step))
-                call.append({"iteration": float(done), "env_steps": env_steps, **metrics})
-            for row in call:
-                rows.append({**row, "sps": float(np.mean(env_steps - call_start)) / seconds})
+                env_steps = metrics.pop("env_steps_total", float(end * per_step))
+                rows.append({"iteration": float(end), "env_steps": env_steps, **metrics})
+            for row in rows[len(rows) - len(ends):]:
+                row["sps"] = float(np.mean(env_steps - call_start)) / seconds
                 if on_chunk is not None:
-                    on_chunk(rows[-1])
+                    on_chunk(row)
             if bad:
                 if checkpoints is not None:
                     checkpoints.wait()
                 graph = FragmentGraph.from_jaxpr(self._executor.trace_step())
-                raise NonFiniteError(done + 1 + (ran - 1) % k, bad, graph.first_producer(bad))
-            chunks_per_call = _same_on_all_processes(max(1, round(chunks * self.seconds_per_call / max(seconds, 1e-6))))
+                raise NonFiniteError(done + ran, bad, graph.first_producer(bad))
+            done += ran
+            per_call = _same_on_all_processes(max(1, round(ran * self.seconds_per_call / max(seconds, 1e-6))))
             stopped = stop is not None and _on_any_process(stop()) and done < iterations and not finished
             end = done == iterations or stopped or finished
             if checkpoints is not None and ((every is not None and done % every == 0) or end):
-                checkpoints.save(done, state, {**(meta or {}), "config": self.algorithm.config(),
-                                               "env_steps": np.asarray(env_steps).tolist()})
+                # with every row so far (metrics.csv can be rebuilt) and a chunk in progress (a stop between rows)
+                checkpoints.save(done, state, {
+                    **(meta or {}), "config": self.algorithm.config(), "env_steps": plain(env_steps),
+                    "rows": [{name: plain(value) for name, value in row.items()} for row in earlier + rows],
+                    **({"chunk": jax.tree.map(plain, chunk._asdict())} if chunk.count else {})})
         if checkpoints is not None:
             checkpoints.wait()
         return History(rows, state, done, bool(stopped))
+
+    def _chunk(self, saved: dict[str, Any] | None) -> Chunk:
+        """A chunk with no iteration run, or one in progress as a checkpoint saved it."""
+        if saved is None:
+            return Chunk.empty(self.algorithm, self._executor.algorithm_state(self._executor.state_shape))
+        return Chunk({k: np.asarray(v, np.float32) for k, v in saved["totals"].items()}, np.int32(saved["count"]))
 
     def restore(self, path: str | Path | Checkpoints, allow_changes: Sequence[str] = ()) -> Checkpoint:
         """The newest usable checkpoint in ``path``, placed as this program's state is
@@ -221,9 +245,12 @@ class Executor(Protocol):
 
     def init(self, key: np.ndarray) -> PyTree: ...
 
-    def call(self, state: PyTree, chunks: int, k: int) -> tuple[PyTree, dict[str, Any], Any, dict[str, Any]]:
-        """``chunks`` chunks of ``k`` iterations: the state, each metric's rows, the
-        iterations run and the finite flags of the last (as ``transforms.run_chunks``)."""
+    def call(self, state: PyTree, chunk: Chunk, iterations: int, k: int, offset: int) -> tuple[
+            PyTree, Chunk, dict[str, Any], Any, Any, dict[str, Any]]:
+        """Up to ``iterations`` iterations from ``state``, continuing ``chunk`` (as
+        ``transforms.run_iterations``): the state, the chunk in progress, each metric's
+        rows of the chunks completed, their count, the iterations run and the finite
+        flags of the last."""
         ...
 
     def trace_step(self) -> Any: ...
@@ -238,10 +265,10 @@ class Executor(Protocol):
 
 
 class SpmdExecutor:
-    """One program over the policy's whole mesh: ``run_chunks`` partitioned by ``jax.jit``
+    """One program over the policy's whole mesh: ``run_iterations`` partitioned by ``jax.jit``
     with the policy's shardings (``SingleDevice``, ``DataParallel``, ``Population``)."""
 
-    def __init__(self, algorithm: Algorithm, policy: Policy, max_chunks: int, check_finite: bool):
+    def __init__(self, algorithm: Algorithm, policy: Policy, max_rows: int, check_finite: bool):
         self.algorithm, self.policy = algorithm, policy
         key = jax.ShapeDtypeStruct((2,), jnp.uint32)
         count = jax.ShapeDtypeStruct((), jnp.int32)
@@ -251,17 +278,19 @@ class SpmdExecutor:
         self._replicated, self.state_sharding = policy.shardings(
             self.state_shape, lambda: tracing.batch_axes(self.trace_step()))
         rep, state = self._replicated, self.state_sharding
-        call = tracing.under(rule, functools.partial(run_chunks, max_chunks=max_chunks, check_finite=check_finite))
+        call = tracing.under(rule, functools.partial(run_iterations, max_rows=max_rows, check_finite=check_finite))
         self._init = jax.jit(tracing.under(rule, tracing.init), in_shardings=(rep, rep),
                              out_shardings=state).lower(algorithm, key).compile()
-        self._call = jax.jit(call, in_shardings=(rep, state, rep, rep), out_shardings=(state, rep, rep, rep),
-                             donate_argnums=(1,)).lower(algorithm, self.state_shape, count, count).compile()
+        self._call = jax.jit(call, in_shardings=(rep, state, rep, rep, rep, rep),
+                             out_shardings=(state, rep, rep, rep, rep, rep), donate_argnums=(1,)).lower(
+            algorithm, self.state_shape, Chunk.empty(algorithm, self.state_shape), count, count, count).compile()
 
     def init(self, key: np.ndarray) -> PyTree:
         return self._init(self.algorithm, key)
 
-    def call(self, state: PyTree, chunks: int, k: int) -> tuple[PyTree, dict[str, Any], Any, dict[str, Any]]:
-        return self._call(self.algorithm, state, np.int32(chunks), np.int32(k))
+    def call(self, state: PyTree, chunk: Chunk, iterations: int, k: int, offset: int) -> tuple[
+            PyTree, Chunk, dict[str, Any], Any, Any, dict[str, Any]]:
+        return self._call(self.algorithm, state, chunk, np.int32(iterations), np.int32(k), np.int32(offset))
 
     def trace_step(self) -> Any:
         return jax.make_jaxpr(self._step_fn)(self.algorithm, self.state_shape)
@@ -290,7 +319,7 @@ def compile(  # noqa: A001
     policy: Policy | None = None,
     *,
     chunk_iterations: int | None = None,
-    seconds_per_call: float = 2.0,
+    seconds_per_call: float = 1.0,
     check_finite: bool = True,
 ) -> Program:
     """Compile ``algorithm`` under ``policy`` (default ``SingleDevice()``) ahead of time.

@@ -1,22 +1,46 @@
 """A run directory: ``config.json``, ``metrics.csv``, TensorBoard event files,
-``checkpoints/`` and ``learning_curve.png``."""
+``checkpoints/`` and ``learning_curve.png``, written by one process at a time.
+
+The writer holds ``run.lock``: an exclusive ``flock``, released by the system when
+its process ends, so the lock of a killed run is free at once. ``--overwrite``
+removes only what a run writes, and only from a directory that holds a run.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
+import fcntl
 import io
 import json
 import math
 import os
+import re
 import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from jaxrl_frag.errors import ConfigError
 
-CONFIG, METRICS, CURVE, CHECKPOINTS, TENSORBOARD = (
-    "config.json", "metrics.csv", "learning_curve.png", "checkpoints", "tensorboard")
+CONFIG, METRICS, CURVE, CHECKPOINTS, TENSORBOARD, LOCK = (
+    "config.json", "metrics.csv", "learning_curve.png", "checkpoints", "tensorboard", "run.lock")
+# what a run writes: all that --overwrite removes (with rows set aside, metrics.DATE.csv)
+_ENTRIES = frozenset({CONFIG, METRICS, CURVE, CHECKPOINTS, CHECKPOINTS + ".damaged", TENSORBOARD, LOCK,
+                      "summary.md", "summary.csv", CONFIG + ".tmp", METRICS + ".tmp"})
+_ROWS_ASIDE = re.compile(r"metrics\.\d{8}-\d{6}(-\d+)?\.csv")
+# what a run killed or failing before its first write may leave: the directory is still free
+_LEFTOVERS = frozenset({LOCK, CONFIG + ".tmp", METRICS + ".tmp"})
+# keys of every config.json a run writes, and the intervals a resume reads from it
+_RUN_KEYS = ("recipe", "settings", "jax")
+_INTERVALS = ("chunk_iterations", "checkpoint_every", "keep_checkpoints")
 _NOT_SCALARS = ("iteration", "env_steps", "member", "seed")
+# errors of a write that the run directory's disk or permissions refused
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO})
 
 
 class RunDir:
@@ -26,70 +50,185 @@ class RunDir:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._columns: list[str] | None = None
-        self._log: Any = None
+        self._log: _EventLog | None = None
+        self._lock: int | None = None
 
     @property
     def checkpoints(self) -> Path:
         return self.path / CHECKPOINTS
 
     def check_free(self, overwrite: bool = False, resume: bool = False) -> None:
-        """Raise ``ConfigError`` unless the directory is free, or holds files and
-        ``overwrite`` is set, or holds a run and ``resume`` is set."""
+        """Raise ``ConfigError`` unless a run may be written here: the directory is new or
+        holds no files, or holds a run and ``resume`` is set, or holds only a run's files and
+        ``overwrite`` is set; and files can be made in it, and no other process writes it."""
         if self.path.exists() and not self.path.is_dir():
             raise ConfigError("run_dir", str(self.path), "is a file; give a directory path")
-        holds_files = self.path.is_dir() and any(self.path.iterdir())
         if resume:
             self.read_config()  # it must hold a run
-        elif holds_files and not overwrite:
-            raise ConfigError(
-                "run_dir", str(self.path),
-                "already holds files from an earlier run; continue it with --resume, give a new --run-dir, "
-                "or pass --overwrite to replace it",
-            )
+        elif self._holds_files():
+            if not overwrite:
+                raise ConfigError(
+                    "run_dir", str(self.path),
+                    "already holds files from an earlier run; continue it with --resume, give a new --run-dir, "
+                    "or pass --overwrite to replace it",
+                )
+            self._check_replaceable()
+        self._check_writable()
+        holder = self._holder()
+        if holder is not None:
+            raise self._in_use(holder)
 
     def create(self, overwrite: bool) -> None:
-        self.check_free(overwrite)
-        if self.path.is_dir() and overwrite:
-            shutil.rmtree(self.path)
+        """Make the directory and take its lock; then, holding it, check again that the
+        directory is free (a run may have started here since ``check_free``), and with
+        ``overwrite`` remove what the run before wrote."""
         self.path.mkdir(parents=True, exist_ok=True)
+        self.lock()
+        self.check_free(overwrite)
+        if overwrite:
+            for name in os.listdir(self.path):
+                if name != LOCK:
+                    _remove(self.path / name)
+
+    def lock(self) -> None:
+        """Hold the directory's lock until ``close`` (or until this process ends), with this
+        process named in it; ``ConfigError`` naming the holder where another process has it."""
+        path = self.path / LOCK
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_holder(fd)
+                os.close(fd)
+                raise self._in_use(holder) from None
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                    break
+            os.close(fd)  # its holder removed it as we opened it: take the one there now
+        self._lock = fd
+        holder = f"process {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}"
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, holder.encode())
+        except OSError:
+            self._unlock()
+            raise
 
     def write_config(self, config: dict[str, Any]) -> None:
         _write_atomically(self.path / CONFIG, json.dumps(config, indent=2, sort_keys=True, default=str) + "\n")
 
     def read_config(self) -> dict[str, Any]:
-        """The saved configuration; ``ConfigError`` if the directory holds no run."""
+        """The saved configuration; ``ConfigError`` naming config.json unless it is one a run wrote."""
+        if not self.path.is_dir():
+            raise ConfigError("run_dir", str(self.path), ("is a file, not a run directory" if self.path.exists()
+                                                          else "does not exist") + "; give the directory of an earlier run")
         try:
-            return json.loads((self.path / CONFIG).read_text())
+            config = json.loads((self.path / CONFIG).read_bytes())
         except FileNotFoundError:
             raise ConfigError("run_dir", str(self.path),
                               "holds no run to resume (no config.json); give the directory of an earlier run") from None
-        except json.JSONDecodeError as error:
-            raise ConfigError("run_dir", str(self.path), f"has an unreadable config.json ({error})") from None
+        except IsADirectoryError:
+            raise self.config_error("is a directory") from None
+        except OSError as error:
+            raise self.config_error(f"cannot be read ({error.strerror})") from None
+        except ValueError as error:  # not JSON, not text
+            raise self.config_error(f"is not readable JSON ({error})") from None
+        problem = _config_problem(config)
+        if problem is not None:
+            raise self.config_error(problem)
+        return config
+
+    def inspect_metrics(self) -> tuple[int, str | None]:
+        """The iteration of the last row of ``metrics.csv`` (0 where it has none), and what
+        makes it unusable (``"is missing"``, ``"is empty"``, ...), or ``None``."""
+        try:
+            text = (self.path / METRICS).read_bytes().decode()
+        except FileNotFoundError:
+            return 0, "is missing"
+        except OSError as error:
+            return 0, f"cannot be read ({error.strerror})"
+        except UnicodeDecodeError:
+            return 0, "is not text"
+        if not text:
+            return 0, "is empty"
+        try:
+            header, *rows = csv.reader(io.StringIO(text, newline=""))
+        except csv.Error as error:
+            return 0, f"is not CSV ({error})"
+        missing = [name for name in ("iteration", "env_steps") if name not in header]
+        if missing:
+            return 0, f"has no {' or '.join(missing)} column"
+        at, member = header.index("iteration"), header.index("member") if "member" in header else None
+        last = (0.0, -1.0)
+        for line, row in enumerate(rows, 2):
+            if len(row) != len(header):
+                return 0, f"has {len(row)} cells on line {line}, {len(header)} in its header"
+            try:
+                key = (float(row[at]), -1.0 if member is None else float(row[member]))
+            except ValueError:
+                return 0, f"has iteration {row[at]!r} on line {line}"
+            if not (key[0].is_integer() and key > last):
+                return 0, f"has iteration {row[at]} out of order on line {line}"
+            last = key
+        return int(last[0]), None
+
+    def keep_metrics(self, iteration: int, rows: list[dict[str, Any]] | None) -> str | None:
+        """Leave in ``metrics.csv`` its rows up to ``iteration``, dropping those after. With
+        ``rows`` (every row up to ``iteration``, saved with the checkpoint), a file that does
+        not hold exactly them is set aside and rebuilt from them; without, an unusable file is
+        set aside (a run starting over). Returns a line saying what was set aside or rebuilt."""
+        _, problem = self.inspect_metrics()
+        absent = problem in ("is missing", "is empty")
+        if rows is None:
+            if problem is None:
+                self.truncate_metrics(iteration)
+            return None if problem is None or absent else f"metrics.csv {problem}: kept it as {self.set_aside_metrics().name}"
+        header = self._read_header() if problem is None else []
+        columns = header if not rows or set(header) == set(rows[0]) else list(rows[0])
+        expected = _csv_text(rows, columns) if rows else ""
+        if problem is None and self._rows_up_to(iteration) == list(csv.DictReader(io.StringIO(expected))):
+            self.truncate_metrics(iteration)
+            return None
+        if absent and not rows:
+            return None
+        kept = "" if absent else f"; kept the old file as {self.set_aside_metrics().name}"
+        if rows:
+            _write_atomically(self.path / METRICS, expected)
+            self._columns = columns
+        return (f"metrics.csv {problem or 'differed from the rows saved with the checkpoint'}: rebuilt its rows up to "
+                f"iteration {iteration} from the checkpoint{kept}")
+
+    def set_aside_metrics(self) -> Path:
+        """Move ``metrics.csv`` to ``metrics.DATE.csv``, kept out of the run's way; returns its new path."""
+        stamp, n = time.strftime("%Y%m%d-%H%M%S"), 0
+        target = self.path / f"metrics.{stamp}.csv"
+        while target.exists():
+            n += 1
+            target = self.path / f"metrics.{stamp}-{n}.csv"
+        os.rename(self.path / METRICS, target)
+        self._columns = None
+        return target
 
     def open_log(self, purge_step: int | None = None) -> None:
         """Start TensorBoard event files in ``tensorboard/``. Events at or past
         ``purge_step`` (env steps) left by an interrupted run are hidden from readers."""
-        from tensorboardX import SummaryWriter
-
-        self._log = SummaryWriter(str(self.path / TENSORBOARD), purge_step=purge_step, flush_secs=10)
+        self._log = _EventLog(self.path / TENSORBOARD, purge_step)
 
     def append_metrics(self, row: dict[str, float]) -> None:
-        """Append one row to ``metrics.csv`` (the first row fixes the columns) and its
-        scalars to the TensorBoard log, at step ``env_steps`` (per member in a population);
-        both are on disk when it returns."""
-        new = self._columns is None and not (self.path / METRICS).exists()
+        """Append one row to ``metrics.csv`` (the first row fixes the columns), whole or not at
+        all, and its scalars to the TensorBoard log, at step ``env_steps`` (per member in a
+        population); both are written when it returns."""
+        path = self.path / METRICS
+        new = not path.exists() or path.stat().st_size == 0
         if self._columns is None:
             self._columns = list(row) if new else self._read_header()
-        with open(self.path / METRICS, "a", newline="") as f:
-            writer = csv.DictWriter(f, self._columns, extrasaction="ignore")
-            if new:
-                writer.writeheader()
-            writer.writerow({k: _cell(row.get(k, math.nan)) for k in self._columns})
+        _append(path, _csv_text([row], self._columns, header=new))
         if self._log is not None:
             prefix = f"member{int(row['member'])}/" if "member" in row else ""
             for name, value in row.items():
                 if name not in _NOT_SCALARS and isinstance(value, int | float) and math.isfinite(value):
-                    self._log.add_scalar(prefix + name, value, int(row["env_steps"]))
+                    self._log.add(prefix + name, value, int(row["env_steps"]))
             self._log.flush()  # on disk with its row of metrics.csv, before any checkpoint that follows
 
     def truncate_metrics(self, iteration: int) -> None:
@@ -99,16 +238,20 @@ class RunDir:
         with open(self.path / METRICS, newline="") as f:
             reader = csv.DictReader(f)
             columns = list(reader.fieldnames or [])
-            kept = [r for r in reader if float(r["iteration"]) <= iteration]
+            rows = list(reader)
+        kept = [r for r in rows if float(r["iteration"]) <= iteration]
+        self._columns = columns
+        if len(kept) == len(rows):
+            return
         if not kept:
             (self.path / METRICS).unlink()
+            self._columns = None
             return
         text = io.StringIO()
         writer = csv.DictWriter(text, columns)
         writer.writeheader()
         writer.writerows(kept)
         _write_atomically(self.path / METRICS, text.getvalue())
-        self._columns = columns
 
     def read_metrics(self) -> dict[str, list[float]]:
         with open(self.path / METRICS, newline="") as f:
@@ -116,9 +259,20 @@ class RunDir:
         return {k: [float(r[k]) for r in rows] for k in (rows[0] if rows else {})}
 
     def close(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        """Close the TensorBoard log and release the lock."""
+        try:
+            if self._log is not None:
+                self._log, log = None, self._log
+                log.close()
+        finally:
+            if self._lock is not None:
+                self._unlock()
+
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
     def plot(self, title: str) -> Path:
         from jaxrl_frag.plots import learning_curve
@@ -131,11 +285,222 @@ class RunDir:
         with open(self.path / METRICS, newline="") as f:
             return next(csv.reader(f))
 
+    def _rows_up_to(self, iteration: int) -> list[dict[str, str]]:
+        """The rows of ``metrics.csv`` up to ``iteration``, as text."""
+        with open(self.path / METRICS, newline="") as f:
+            return [row for row in csv.DictReader(f) if float(row["iteration"]) <= iteration]
+
+    def _holds_files(self) -> bool:
+        return self.path.is_dir() and any(name not in _LEFTOVERS for name in os.listdir(self.path))
+
+    def _check_replaceable(self) -> None:
+        """Raise ``ConfigError`` unless ``--overwrite`` may clear the directory: it holds a run
+        (a config.json that a run wrote) and nothing else, and it is not a filesystem root, the
+        home directory, the current directory or one of its parents."""
+        where, cwd = self.path.resolve(), Path.cwd().resolve()
+        what = ("a filesystem root" if os.path.ismount(where) else "the home directory" if where == Path.home().resolve()
+                else "the current directory" if where == cwd else "a parent of the current directory"
+                if where in cwd.parents else None)
+        if what is not None:
+            raise ConfigError("run_dir", str(self.path),
+                              f"is {what}; --overwrite only ever replaces a run's own directory: give that")
+        try:
+            config = json.loads((self.path / CONFIG).read_bytes())
+        except (OSError, ValueError):
+            config = None
+        if not (isinstance(config, dict) and all(key in config for key in _RUN_KEYS)):
+            raise ConfigError("run_dir", str(self.path),
+                              "holds files but no run (no config.json that jaxrl-frag wrote); --overwrite only replaces "
+                              "a run: give a new --run-dir, or empty the directory yourself")
+        others = sorted(name for name in os.listdir(self.path) if name not in _ENTRIES and not _ROWS_ASIDE.fullmatch(name))
+        if others:
+            shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+            raise ConfigError("run_dir", str(self.path),
+                              f"holds a run and also {shown}, which no run writes; --overwrite removes only a run's "
+                              "files: move those elsewhere first, or give a new --run-dir")
+
+    def _check_writable(self) -> None:
+        """Raise ``ConfigError`` unless a directory can be made in the run directory (in its
+        nearest existing parent where it is new); the one made to find out is removed."""
+        existing = self.path.absolute()
+        while not os.path.lexists(existing):
+            existing = existing.parent
+        if not os.path.isdir(existing):
+            raise ConfigError("run_dir", str(self.path), f"cannot be made: {existing} is a file; give a directory path")
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".jaxrl-frag-", dir=existing))
+        except OSError as error:
+            raise ConfigError("run_dir", str(self.path),
+                              f"cannot be written: making a directory in {existing} fails ({error.strerror}); give a "
+                              "--run-dir on a writable filesystem") from None
+
+    def _holder(self) -> str | None:
+        """Who holds the lock (``"process 12 on host, since ..."``), or ``None`` where no other process does."""
+        if self._lock is not None:
+            return None
+        try:
+            fd = os.open(self.path / LOCK, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # released on close
+            return None
+        except BlockingIOError:
+            return _read_holder(fd)
+        finally:
+            os.close(fd)
+
+    def _in_use(self, holder: str) -> ConfigError:
+        return ConfigError("run_dir", str(self.path),
+                           f"is being written by {holder}; wait for that run to end (or stop it), or give another "
+                           "directory")
+
+    def config_error(self, problem: str) -> ConfigError:
+        """The error for a config.json that is not what a run writes, saying ``problem``."""
+        return ConfigError("run_dir", str(self.path),
+                           f"holds no run that can be resumed: its config.json {problem}; restore config.json from a "
+                           "copy, or start a new run with `jaxrl-frag train`")
+
+    def _unlock(self) -> None:
+        """Remove the lock file and release it (in that order: a process that opened it meanwhile
+        sees that it is gone, and takes a new one)."""
+        fd, self._lock = self._lock, None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path / LOCK)
+        os.close(fd)
+
+
+class _EventLog:
+    """TensorBoard scalars written as they come (tensorboardX's writer writes from a thread
+    of its own, where a failed write is lost and the writes after it block)."""
+
+    def __init__(self, directory: Path, purge_step: int | None):
+        from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+        self.directory = directory
+        with _named(directory):
+            directory.mkdir(exist_ok=True)
+            self._writer = EventsWriter(str(directory / "events"), f".{os.getpid()}")
+            if purge_step is not None:  # as tensorboardX's SummaryWriter(purge_step=...) marks a restart
+                self._writer.write_event(Event(step=purge_step, file_version="brain.Event:2"))
+                self._writer.write_event(Event(step=purge_step, session_log=SessionLog(status=SessionLog.START)))
+
+    def add(self, tag: str, value: float, step: int) -> None:
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.summary import scalar
+
+        with _named(self.directory):
+            self._writer.write_event(Event(wall_time=time.time(), step=step, summary=scalar(tag, value)))
+
+    def flush(self) -> None:
+        with _named(self.directory):
+            self._writer.flush()
+
+    def close(self) -> None:
+        with _named(self.directory):
+            self._writer.close()
+
+
+def write_failure(error: BaseException, where: Path) -> str | None:
+    """``"PATH (cause)"`` where ``error``, or an error it was raised from, is a write that the
+    disk or the permissions refused: an ``OSError``, or tensorstore's report of one in an orbax
+    checkpoint (a ``ValueError`` with an ``os_error_code``); ``where`` names a path the error
+    does not. ``None`` for any other error."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno in _WRITE_ERRNOS:
+            return f"{cause.filename or where} ({cause.strerror})"
+        code = re.search(r"os_error_code='(\d+)'", str(cause))
+        if code is not None and int(code.group(1)) in _WRITE_ERRNOS:
+            path = re.search(r'local file "([^"]+)"', str(cause))
+            step = re.sub(r"\.orbax-checkpoint-tmp.*", "", path.group(1)) if path else where
+            return f"{step} ({os.strerror(int(code.group(1)))})"
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _config_problem(config: Any) -> str | None:
+    """What makes ``config`` (config.json, parsed) other than what a run writes, or ``None``."""
+    if not isinstance(config, dict):
+        return f"holds a JSON {type(config).__name__}, not an object of settings"
+    missing = [key for key in (*_RUN_KEYS, *_INTERVALS) if key not in config]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    settings = config["settings"]
+    if not isinstance(settings, dict):
+        return f"holds settings={settings!r}, not an object of settings"
+    for key in _INTERVALS:
+        value = config[key]
+        if not (type(value) is int and value > 0):
+            return f"holds {key}={value!r}, not a positive whole number"
+    for key in ("recipe", "env"):
+        if not isinstance(settings.get(key), str):
+            return f"holds settings.{key}={settings.get(key)!r}, not a name"
+    return None
+
+
+def _read_holder(fd: int) -> str:
+    """What the lock's holder wrote in it (empty for the moment after it took the lock)."""
+    return os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+
+
+def _csv_text(rows: list[dict[str, Any]], columns: list[str], header: bool = True) -> str:
+    """``rows`` as lines of ``metrics.csv`` with ``columns`` (NaN where a row lacks one)."""
+    text = io.StringIO()
+    writer = csv.DictWriter(text, columns, extrasaction="ignore")
+    if header:
+        writer.writeheader()
+    writer.writerows({k: _cell(row.get(k, math.nan)) for k in columns} for row in rows)
+    return text.getvalue()
+
+
+def _append(path: Path, text: str) -> None:
+    """Append ``text`` to ``path`` whole or not at all: a failed write leaves no part of it."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size, data = os.fstat(fd).st_size, text.encode()
+        try:
+            with _named(path):
+                while data:
+                    data = data[os.write(fd, data):]
+        except OSError:
+            os.ftruncate(fd, size)
+            raise
+    finally:
+        os.close(fd)
+
 
 def _write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` whole: a failed write leaves the old file, and no other."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        with _named(path):
+            tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def _named(path: str | Path) -> Iterator[None]:
+    """An ``OSError`` of a write to ``path`` that names no file (a write that the disk
+    refused) names ``path``."""
+    try:
+        yield
+    except OSError as error:
+        error.filename = error.filename or str(path)
+        raise
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
 
 
 def _cell(value: float) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,6 +43,15 @@ def _number(spec: str, text: str) -> float:
         return float(text)
     except ValueError:
         raise ConfigError("sweep", spec, "values must be numbers, e.g. lr=1e-4,3e-4 or lr=loguniform:1e-5:1e-2") from None
+
+
+def count(specs: Sequence[str], samples: int | None = None) -> int:
+    """How many settings ``settings(specs, samples)`` gives (0 where it refuses them),
+    without listing them."""
+    axes = [parse_spec(s)[1] for s in specs]
+    if any(isinstance(v, tuple) for v in axes):
+        return samples or 0
+    return math.prod(len(v) for v in axes)
 
 
 def settings(specs: Sequence[str], samples: int | None = None, seed: int = 0) -> list[dict[str, float]]:

@@ -33,7 +33,7 @@ def under(rule: primitives.Lowering, fn: Callable[..., Any]) -> Callable[..., An
         with primitives.lowering(rule):
             return fn(*args)
 
-    traced.__name__ = getattr(fn, "__name__", "run_chunks")
+    traced.__name__ = getattr(fn, "__name__", "run_iterations")
     return traced
 
 

@@ -102,11 +102,18 @@ class ActorCriticRecipe(Recipe):
               f"choose one of {', '.join(TORSOS)} (auto: atari or cnn for image observations, else mlp)")
         for name in ("ent_coef", "vf_coef"):
             check(s[name] >= 0, name, s[name], "must be zero or positive")
+        if s["anneal_lr"]:  # the schedule reads the optimizer's update count
+            cls.check_updates(s, cls.updates_of(s))
+
+    @classmethod
+    def updates_of(cls, s: dict[str, Any]) -> int:
+        """Optimizer updates in one iteration's ``learn`` under settings ``s``."""
+        return s["num_minibatches"]
 
     @property
     def updates_per_iteration(self) -> int:
         """Optimizer updates in one iteration's ``learn``."""
-        return self.num_minibatches
+        return self.updates_of(vars(self))
 
     @property
     def continuous(self) -> bool:
@@ -228,8 +235,3 @@ class ActorCriticRecipe(Recipe):
         traj = Transition(steps.obs, steps.action, log_prob, value, steps.reward, steps.terminated, steps.truncated,
                           final_value)
         return traj, env_state, obs, episodes
-
-
-def divisors(n: int, limit: int) -> list[int]:
-    """The first ``limit`` divisors of ``n``, for messages that suggest a valid count."""
-    return [d for d in range(1, n + 1) if n % d == 0][:limit]

@@ -20,10 +20,11 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxrl_frag.algorithms import hyperparameter, static_field
+from jaxrl_frag.bounds import divisors
 from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
-from jaxrl_frag.recipes.actor_critic import ActorCriticRecipe, Transition, divisors
+from jaxrl_frag.recipes.actor_critic import ActorCriticRecipe, Transition
 from jaxrl_frag.recipes.advantages import vtrace
 from jaxrl_frag.recipes.networks import ActorCritic
 
@@ -53,8 +54,8 @@ class IMPALA(ActorCriticRecipe):
     def validate(cls, s: dict[str, Any]) -> None:
         super().validate(s)
         check(s["num_envs"] % s["num_minibatches"] == 0, "num_minibatches", s["num_minibatches"],
-              f"must divide num_envs = {s['num_envs']} (each minibatch is whole trajectories); "
-              f"choose one of {divisors(s['num_envs'], 16)}")
+              lambda: f"must divide num_envs = {s['num_envs']} (each minibatch is whole trajectories); "
+                      f"choose one of {divisors(s['num_envs'], 16)}")
         check(0 <= s["vtrace_lambda"] <= 1, "vtrace_lambda", s["vtrace_lambda"], "must lie in [0, 1]")
         for name in ("rho_bar", "c_bar"):
             check(s[name] > 0, name, s[name], "must be positive")

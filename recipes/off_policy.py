@@ -19,6 +19,7 @@ from flax import struct
 
 from jaxrl_frag import replay
 from jaxrl_frag.algorithms import hyperparameter, static_field
+from jaxrl_frag.bounds import INT32_MAX, is_whole
 from jaxrl_frag.envs.core import Steps
 from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
@@ -67,18 +68,20 @@ class OffPolicyRecipe(Recipe):
                                          "target_every")
     reals: ClassVar[tuple[str, ...]] = (*Recipe.reals, "priority_alpha", "priority_beta", "tau", "max_grad_norm")
     positive: ClassVar[tuple[str, ...]] = (*Recipe.positive, "max_grad_norm")
+    max_total_steps: ClassVar[tuple[int, str]] = (INT32_MAX, "the state counts environment steps in int32")
 
     window: ClassVar[int | str] = 1  # steps per sampled window, or the name of the setting that gives it
 
     @classmethod
     def validate(cls, s: dict[str, Any]) -> None:
         super().validate(s)
+        cls.check_updates(s, s["num_updates"])
         rows = s["buffer_size"] // s["num_envs"]
         window = s[cls.window] if isinstance(cls.window, str) else cls.window
         check(rows >= max(s["num_steps"], window + 1), "buffer_size", s["buffer_size"],
               f"must hold at least max(num_steps, window + 1) = {max(s['num_steps'], window + 1)} steps of each of "
               f"the {s['num_envs']} environments; raise it")
-        check(int(s["learning_starts"]) == s["learning_starts"] and 0 <= s["learning_starts"] <= s["total_steps"],
+        check(is_whole(s["learning_starts"]) and 0 <= s["learning_starts"] <= s["total_steps"],
               "learning_starts", s["learning_starts"], "must be a whole number of steps between 0 and total_steps")
         check(0 < s["tau"] <= 1, "tau", s["tau"], "must lie in (0, 1]")
         check(s["priority_alpha"] >= 0, "priority_alpha", s["priority_alpha"], "must be zero or positive")

@@ -13,6 +13,7 @@ from flax import struct
 
 from jaxrl_frag import envs
 from jaxrl_frag.algorithms import Algorithm, hyperparameter, static_field
+from jaxrl_frag.bounds import EXACT_STEPS, INT32, INT32_MAX, check_count, is_whole
 from jaxrl_frag.errors import ConfigError, check
 
 _RESUMED = 0x7E5  # folded into the state's key for the seeds of host environments started afresh on resume
@@ -41,6 +42,8 @@ class Recipe(Algorithm):
     counts: ClassVar[tuple[str, ...]] = ("num_envs", "num_steps", "total_steps", "env_groups")
     reals: ClassVar[tuple[str, ...]] = ("lr", "gamma")
     positive: ClassVar[tuple[str, ...]] = ("lr",)
+    # the most environment steps a run may take, and why
+    max_total_steps: ClassVar[tuple[int, str]] = (EXACT_STEPS, "2**53: the host sums environment steps in float64")
 
     @classmethod
     def defaults(cls, env_id: str) -> dict[str, Any]:
@@ -97,17 +100,37 @@ class Recipe(Algorithm):
     def validate(cls, s: dict[str, Any]) -> None:
         """Raise ``ConfigError`` for the first setting in ``s`` that cannot work."""
         for name in cls.counts:
-            check(int(s[name]) == s[name] and s[name] > 0, name, s[name], "must be a positive integer")
+            high, why = cls.max_total_steps if name == "total_steps" else (INT32_MAX, INT32)
+            check_count(name, s[name], high, why)
         batch = s["num_envs"] * s["num_steps"]
+        check(batch <= INT32_MAX, "num_envs", s["num_envs"],
+              f"num_envs * num_steps = {batch:,} samples per iteration must be at most {INT32_MAX:,} (their indices "
+              "are int32): lower --num-envs or --num-steps")
         check(s["total_steps"] >= batch, "total_steps", s["total_steps"],
               f"must cover at least one iteration of num_envs * num_steps = {batch} steps; raise it")
-        check(len(s["hidden"]) > 0 and all(w > 0 for w in s["hidden"]), "hidden", s["hidden"],
+        iterations = s["total_steps"] // batch
+        check(iterations <= INT32_MAX, "total_steps", s["total_steps"],
+              f"makes {iterations:,} iterations of num_envs * num_steps = {batch:,} steps, and the compiled program "
+              f"counts at most {INT32_MAX:,} (int32): lower --total-steps or raise --num-envs or --num-steps")
+        hidden = s["hidden"]
+        check(len(hidden) > 0 and all(is_whole(w) and w > 0 for w in hidden), "hidden", hidden,
               "give one or more positive layer widths, e.g. 64,64")
+        check(max(hidden) <= INT32_MAX, "hidden", hidden, f"a layer's width must be at most {INT32_MAX:,} ({INT32})")
         for name in cls.reals:
             check(math.isfinite(s[name]), name, s[name], "must be a finite number")
         for name in cls.positive:
             check(s[name] > 0, name, s[name], "must be positive")
         check(0 < s["gamma"] <= 1, "gamma", s["gamma"], "must lie in (0, 1]")
+
+    @classmethod
+    def check_updates(cls, s: dict[str, Any], per_iteration: int) -> None:
+        """Refuse settings ``s`` whose run of ``per_iteration`` optimizer updates an
+        iteration takes more updates than their int32 count holds."""
+        iterations = s["total_steps"] // (s["num_envs"] * s["num_steps"])
+        updates = iterations * per_iteration
+        check(updates <= INT32_MAX, "total_steps", s["total_steps"],
+              f"makes {updates:,} optimizer updates ({iterations:,} iterations of {per_iteration}), and the run "
+              f"counts at most {INT32_MAX:,} (int32): lower --total-steps or raise --num-envs or --num-steps")
 
     @property
     def batch_size(self) -> int:

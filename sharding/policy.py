@@ -22,6 +22,8 @@ from jaxrl_frag.errors import ConfigError, check
 from jaxrl_frag.primitives import Shared
 from jaxrl_frag.transforms.precision import check_dtype
 
+STALENESS_MAX = 1024  # ActorLearner's: copies of the parameters queued for the actors
+
 PyTree = Any
 BatchAxes = Mapping[str, int]  # state field -> axis that carries the environment batch
 
@@ -200,6 +202,9 @@ class ActorLearner(Policy):
             check(isinstance(value, int) and value > 0, name, value, "must be a positive device count")
         check(isinstance(self.staleness, int) and self.staleness >= 0, "staleness", self.staleness,
               "must be 0 (synchronous) or a positive number of updates the actor may lag")
+        check(self.staleness <= STALENESS_MAX, "staleness", self.staleness,
+              f"must be at most {STALENESS_MAX}: the actors' devices hold a copy of the parameters for every update "
+              "they may lag")
         check_dtype(self.transfer_dtype)
         check(jax.process_count() == 1, "policy", "ActorLearner",
               "runs within one process for now; across hosts use DataParallel or Population")

@@ -1,5 +1,8 @@
 """Every way to mis-configure a run: exit status 2, one message naming the setting, the
-value and the fix, no traceback, and nothing on disk touched or created."""
+value and the fix (for the command line's own errors, one line and a pointer to
+``--help``), no traceback, and nothing on disk touched or created. Every number is
+bounded before any work: the cases that would overflow, hang, abort or run out of
+memory end here within seconds."""
 
 from __future__ import annotations
 
@@ -11,6 +14,10 @@ from jaxrl_frag.cli import main
 
 TRAIN = ["train", "ppo", "--env", "CartPole-v1"]
 TINY = ["--num-envs", "4", "--num-steps", "8", "--total-steps", "64", "--chunk-iterations", "1"]
+DQN = ["train", "dqn", "--env", "CartPole-v1"]
+NITRO = [*TRAIN, "--boost", "nitro"]
+INT32_MAX = "2,147,483,647"
+HELP = "run 'jaxrl-frag train ppo --help' for the settings"
 
 CASES = [
     # recipe and environment
@@ -26,7 +33,7 @@ CASES = [
     ([*TRAIN, "--total-steps", "100"], ["total_steps=100", "at least one iteration"]),
     ([*TRAIN, "--num-minibatches", "3"], ["num_minibatches=3", "4 * 128 = 512", "choose one of"]),
     ([*TRAIN, "--hidden", "0,64"], ["hidden=(0, 64)", "positive layer widths"]),
-    ([*TRAIN, "--hidden", "wide"], ["--hidden", "comma-separated list of widths"]),
+    ([*TRAIN, "--hidden", "wide"], ["--hidden", "comma-separated list of whole numbers"]),
     ([*TRAIN, "--lr=-1e-3"], ["lr=-0.001", "positive"]),
     ([*TRAIN, "--lr", "inf"], ["lr=inf", "finite"]),
     ([*TRAIN, "--gamma", "1.5"], ["gamma=1.5", "(0, 1]"]),
@@ -101,6 +108,126 @@ CASES = [
     (["resume", "{existing}", "--override", "lr=1e-3"], ["override='lr=1e-3'", "cannot change in a resumed run"]),
     (["resume", "{existing}", "--override", "total_steps=lots"], ["override='total_steps=lots'", "whole number"]),
     (["resume", "{existing}", "--override", "total_steps"], ["override='total_steps'", "NAME=VALUE"]),
+    # the command line's own errors: one line, then where the settings are
+    ([*TRAIN, "--num-envs", "nan"], ["--num-envs: 'nan' is not a whole number", HELP]),
+    ([*TRAIN, "--num-envs", "inf"], ["--num-envs: 'inf' is not a whole number", HELP]),
+    ([*TRAIN, "--num-envs", "-inf"], ["--num-envs: '-inf' is not a whole number", HELP]),
+    ([*TRAIN, "--num-envs", "2.5"], ["--num-envs: '2.5' is not a whole number", HELP]),
+    ([*TRAIN, "--num-steps", "0x10"], ["--num-steps: '0x10' is not a whole number", HELP]),
+    ([*TRAIN, "--seed", "1.5"], ["--seed: '1.5' is not a whole number", HELP]),
+    ([*TRAIN, "--total-steps", "1e"], ["--total-steps: '1e' is not a whole number", HELP]),
+    ([*TRAIN, "--total-steps"], ["--total-steps: expected one argument", HELP]),
+    ([*TRAIN, "--total-steps", "1e400"], ["--total-steps: '1e400' is too large for any setting", HELP]),
+    ([*TRAIN, "--lr", "fast"], ["--lr: invalid float value: 'fast'", HELP]),
+    ([*TRAIN, "--hidden", "abc"], ["--hidden: 'abc' is not a comma-separated list", HELP]),
+    ([*TRAIN, "--hidden", ""], ["--hidden: '' is not a comma-separated list", HELP]),
+    ([*TRAIN, "--hidden", "64,x"], ["--hidden: '64,x' is not a comma-separated list", HELP]),
+    ([*NITRO, "--boost-ladder", ""], ["--boost-ladder: '' is not a comma-separated list", HELP]),
+    ([*TRAIN, "--boost", "boost"], ["--boost: invalid choice: 'boost'", HELP]),
+    ([*TRAIN, "--policy", "DataParallel"], ["--policy: invalid choice: 'DataParallel'", "data-parallel", HELP]),
+    (["train", "ppo", "--seed", "1"], ["the following arguments are required: --env", HELP]),
+    (["train", "ppo", "--env"], ["--env: expected one argument", HELP]),
+    (["train"], ["the following arguments are required: RECIPE", "run 'jaxrl-frag train --help'"]),
+    ([], ["the following arguments are required: COMMAND", "run 'jaxrl-frag --help'"]),
+    (["resume"], ["the following arguments are required: run_dir", "run 'jaxrl-frag resume --help'"]),
+    (["fly"], ["invalid choice: 'fly'", "run 'jaxrl-frag --help'"]),
+    ([*TRAIN, "--devices", "eight"], ["--devices: 'eight' is not a whole number", HELP]),
+    ([*TRAIN, "--devices"], ["--devices: expected one argument", HELP]),
+    # negative numbers reach validation, in every form float reads
+    ([*TRAIN, "--lr", "-1e-3"], ["lr=-0.001: must be positive"]),
+    ([*TRAIN, "--lr", "-.001"], ["lr=-0.001: must be positive"]),
+    ([*TRAIN, "--lr", "-inf"], ["lr=-inf", "finite"]),
+    ([*TRAIN, "--gamma", "-5E-1"], ["gamma=-0.5", "(0, 1]"]),
+    ([*TRAIN, "--ent-coef", "-1e-2"], ["ent_coef=-0.01", "zero or positive"]),
+    ([*TRAIN, "--max-grad-norm", "-0"], ["max_grad_norm=-0.0", "positive"]),
+    ([*TRAIN, "--num-steps", "-1e3"], ["num_steps=-1000", "positive"]),
+    ([*TRAIN, "--total-steps", "-1e30"], ["total_steps=-1000000000000000000000000000000", "positive"]),
+    ([*TRAIN, "--devices", "-1"], ["devices=-1", "positive"]),
+    ([*TRAIN, "--seed", "-1"], ["seed=-1", "zero or a positive integer"]),
+    # run length: iteration and update counters are int32, env step counts float64
+    ([*TRAIN, "--total-steps", "1e30"], ["total_steps=1000000000000000000000000000000", "9,007,199,254,740,992",
+                                         "float64"]),
+    ([*TRAIN, "--total-steps", "1e12"], ["total_steps=1000000000000", "31,250,000,000 optimizer updates",
+                                         INT32_MAX, "lower --total-steps"]),
+    ([*TRAIN, "--total-steps", "2e12", "--no-anneal-lr"], ["total_steps=2000000000000", "3,906,250,000 iterations",
+                                                           INT32_MAX, "raise --num-envs"]),
+    ([*TRAIN, "--total-steps", "0"], ["total_steps=0", "positive"]),
+    (["train", "a2c", "--env", "CartPole-v1", "--total-steps", "1e12"],
+     ["total_steps=1000000000000", "7,812,500,000 iterations"]),
+    (["explain", "ppo", "--env", "CartPole-v1", "--total-steps", "1e30"], ["total_steps=", "float64"]),
+    (["resume", "{existing}", "--override", "total_steps=1e30"], ["total_steps=1000000000000000000000000000000",
+                                                                  "9,007,199,254,740,992"]),
+    (["resume", "{existing}", "--override", "total_steps=1e12"], ["total_steps=1000000000000", INT32_MAX]),
+    (["resume", "{existing}", "--override", "total_steps=-1e3"], ["total_steps=-1000", "positive"]),
+    (["resume", "{existing}", "--override", "chunk_iterations=1e10"], ["chunk_iterations=10000000000", INT32_MAX]),
+    (["resume", "{existing}", "--override", "keep_checkpoints=0"], ["keep_checkpoints=0", "at least one"]),
+    # sizes: samples per iteration and array sizes, checked before anything is traced
+    ([*TRAIN, "--num-envs", "1e9", "--total-steps", "2e11"], ["num_envs=1000000000", "128,000,000,000 samples",
+                                                              INT32_MAX, "lower --num-envs or --num-steps"]),
+    ([*TRAIN, "--num-envs", "3e9"], ["num_envs=3000000000", f"at most {INT32_MAX}"]),
+    ([*TRAIN, "--num-envs", "1_000_000_000_000"], ["num_envs=1000000000000", f"at most {INT32_MAX}"]),
+    ([*TRAIN, "--num-minibatches", "1e30"], ["num_minibatches=", f"at most {INT32_MAX}"]),
+    ([*TRAIN, "--num-epochs", "0"], ["num_epochs=0", "positive"]),
+    ([*TRAIN, "--num-epochs", "1e10"], ["num_epochs=10000000000", f"at most {INT32_MAX}"]),
+    ([*TRAIN, "--hidden", "3e9"], ["hidden=(3000000000,)", f"at most {INT32_MAX}"]),
+    ([*TRAIN, "--hidden", "64,-64"], ["hidden=(64, -64)", "positive layer widths"]),
+    # a large batch whose divisors the message suggests: found in sqrt(batch) steps
+    ([*TRAIN, "--num-envs", "65537", "--num-steps", "32749", "--total-steps", "3e9", "--num-minibatches", "3"],
+     ["num_minibatches=3", "65537 * 32749 = 2146271213", "[1, 32749, 65537, 2146271213]"]),
+    (["train", "impala", "--env", "CartPole-v1", "--num-minibatches", "3"], ["num_minibatches=3", "[1, 2, 4, 8, 16]"]),
+    (["train", "a2c", "--env", "CartPole-v1", "--num-envs", "7", "--num-steps", "11", "--num-minibatches", "5"],
+     ["num_minibatches=5", "[1, 7, 11, 77]"]),
+    # memory: the training state before compiling (XLA aborts the process compiling absurd sizes), the
+    # compiled program before it runs
+    ([*TRAIN, "--hidden", "1e9,1e9"], ["memory=", "GiB", "training state alone", "--hidden"]),
+    ([*TRAIN, "--num-envs", "1e7", "--num-minibatches", "1", "--total-steps", "2e9"],
+     ["memory=", "GiB", "XLA's memory analysis", "lower --num-envs, --num-steps or --hidden, or raise --num-minibatches"]),
+    # devices
+    ([*TRAIN, "--policy", "data-parallel", "--devices", "100000"], ["devices=100000", "at most 4,096", "XLA's CPU client"]),
+    ([*TRAIN, "--policy", "actor-learner", "--actor-devices", "5000"], ["devices=5001", "at most 4,096"]),
+    (["explain", "ppo", "--env", "CartPole-v1", "--devices", "1e30"], ["devices=", "at most 4,096"]),
+    (["resume", "{existing}", "--override", "devices=100000"], ["devices=100000", "at most 4,096"]),
+    ([*TRAIN, "--policy", "actor-learner", "--staleness", "1e9"], ["staleness=1000000000", "at most 1024"]),
+    ([*TRAIN, "--num-processes", "1e30"], ["num_processes=", f"at most {INT32_MAX}"]),
+    ([*TRAIN, "--num-processes", "2"], ["coordinator=None", "--coordinator HOST:PORT"]),
+    # seeds and populations
+    ([*TRAIN, "--seed", "1e10"], ["seed=10000000000", "at most 4,294,967,295", "uint32"]),
+    ([*TRAIN, "--seeds", "1e30"], ["seeds=1000000000000000000000000000000", "uint32"]),
+    ([*TRAIN, "--seed", "4294967295", "--seeds", "2"], ["seeds=2", "at most 1", "from --seed 4294967295 on"]),
+    ([*TRAIN, "--seeds", "-2"], ["seeds=-2", "positive"]),
+    ([*TRAIN, "--seeds", "1e5"], ["population=100000", "at most 65,536"]),
+    ([*TRAIN, "--sweep", "lr=" + ",".join(f"{i}e-5" for i in range(1, 301)), "--seeds", "300"],
+     ["population=90000", "split the sweep"]),
+    ([*TRAIN, "--sweep", "lr=loguniform:1e-5:1e-2", "--samples", "1e30"], ["population=", "at most 65,536"]),
+    ([*TRAIN, "--sweep", "lr=loguniform:1e-5:1e-2", "--samples", "-1"], ["samples=-1", "N > 0"]),
+    ([*TRAIN, "--sweep", ""], ["sweep=''", "NAME=V1,V2"]),
+    # rows and checkpoints
+    ([*TRAIN, "--chunk-iterations", "1e10"], ["chunk_iterations=10000000000", f"at most {INT32_MAX}"]),
+    ([*TRAIN, "--chunk-iterations", "-1"], ["chunk_iterations=-1", "positive"]),
+    ([*TRAIN, "--keep-checkpoints", "-1"], ["keep_checkpoints=-1", "at least one"]),
+    # environments
+    ([*TRAIN, "--env", ""], ["env=''", "unknown environment"]),
+    ([*TRAIN, "--env-workers", "1e30"], ["env_workers=", "host environments"]),
+    (["train", "ppo", "--env", "gymnasium:CartPole-v1", "--env-groups", "0"], ["env_groups=0", "positive"]),
+    (["train", "ppo", "--env", "gymnasium:CartPole-v1", "--env-groups", "1e30"], ["env_groups=", f"at most {INT32_MAX}"]),
+    (["train", "ppo", "--env", "gymnasium:CartPole-v1", "--env-workers", "-2"], ["env_workers=-2", "multiple of env_groups"]),
+    ([*TRAIN, "--torso", "cnn"], ["torso='cnn'", "image observations"]),
+    ([*TRAIN, "--torso", "resnet"], ["torso='resnet'", "auto, atari, cnn, mlp"]),
+    # actor boosting
+    ([*NITRO, "--budget-steps", "1e30"], ["budget_steps=", "int32", "lower --budget-steps"]),
+    ([*NITRO, "--total-steps", "3e9"], ["budget_steps=3000000000", "int32", "(default --total-steps)"]),
+    ([*NITRO, "--boost-ladder", "8,1e30"], ["boost_ladder=", f"at most {INT32_MAX}"]),
+    ([*NITRO, "--boost-ladder=-8,8"], ["boost_ladder=-8", "positive"]),
+    ([*NITRO, "--boost-window", "1e30"], ["boost_window=", f"at most {INT32_MAX}"]),
+    ([*NITRO, "--boost-probe-iterations", "-3"], ["boost_probe_iterations=-3", ">= 2"]),
+    # off-policy recipes: their state counts environment steps in int32
+    ([*DQN, "--total-steps", "3e9"], ["total_steps=3000000000", f"at most {INT32_MAX}", "int32"]),
+    ([*DQN, "--buffer-size", "1e30"], ["buffer_size=", f"at most {INT32_MAX}"]),
+    ([*DQN, "--num-updates", "1e9"], ["total_steps=200000", "optimizer updates", INT32_MAX]),
+    ([*DQN, "--learning-starts", "1e30"], ["learning_starts=", "between 0 and total_steps"]),
+    ([*DQN, "--n-step", "0"], ["n_step=0", "positive"]),
+    ([*DQN, "--target-every", "1e30"], ["target_every=", f"at most {INT32_MAX}"]),
+    (["train", "sac", "--env", "Pendulum-v1", "--minibatch-size", "0"], ["minibatch_size=0", "positive"]),
 ]
 
 
@@ -119,8 +246,8 @@ def _snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>" for p in sorted(root.rglob("*"))}
 
 
-def test_there_are_at_least_25_cases() -> None:
-    assert len(CASES) >= 25
+def test_there_are_at_least_150_cases() -> None:
+    assert len(CASES) >= 150
 
 
 @pytest.mark.parametrize(("argv", "expected"), CASES, ids=[" ".join(a) for a, _ in CASES])
@@ -132,14 +259,19 @@ def test_bad_input_exits_2_with_a_message_and_touches_nothing(
     argv = [a.format(**{k: str(v) for k, v in places.items()}) for a in argv]
     root = places["existing"].parent
     before = _snapshot(root)
+    parser_error = False
     try:
         status = main(argv)
-    except SystemExit as exit_:  # argparse's own usage errors
-        status = exit_.code
+    except SystemExit as exit_:  # the parser's own errors
+        status, parser_error = exit_.code, True
     err = capsys.readouterr().err
     assert status == 2, err
     for text in expected:
         assert text in err, err
-    assert "Traceback" not in err and "error:" in err.strip().splitlines()[-1]
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err and "usage:" not in err and len(lines) <= 3, err
+    assert [line for line in lines if line.startswith("jaxrl-frag: error: ")], err
+    if parser_error:
+        assert lines[-1].startswith("run 'jaxrl-frag") and lines[-1].endswith(" --help' for the settings"), err
     assert _snapshot(root) == before
     assert list(tmp_path.iterdir()) == []

@@ -122,3 +122,72 @@ def test_resume_with_changed_settings_is_refused(uninterrupted: Path, capsys: py
     assert main(["resume", str(uninterrupted), "--override", "lr=1e-3"]) == 2
     assert "lr cannot change in a resumed run" in capsys.readouterr().err
     assert before == {p: p.read_bytes() for p in uninterrupted.rglob("*") if p.is_file()}
+
+
+# 1000 iterations of 8 x 128 steps as ONE row: a call is bounded in time, not by the chunk
+WHOLE = ["train", "ppo", "--env", "CartPole-v1", "--num-envs", "8", "--total-steps", "1024000",
+         "--chunk-iterations", "1000"]
+
+
+def _started(argv: list[str]) -> tuple[subprocess.Popen[str], float]:
+    """``jaxrl-frag`` in a new process, returned once it has compiled and begun training."""
+    proc = subprocess.Popen([sys.executable, "-u", str(WORKER), "none", "0", "--", *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("compiled in"):
+            return proc, time.monotonic()
+    raise AssertionError(f"never compiled: {proc.communicate()}")
+
+
+def test_sigterm_stops_within_seconds_inside_a_chunk_and_resumes_to_the_same_run(tmp_path: Path) -> None:
+    reference, run_dir = tmp_path / "uninterrupted", tmp_path / "stopped"
+    status, _, err = _finish(_worker("none", 0, *WHOLE, "--run-dir", str(reference)))
+    assert status == 0, err
+    proc, _ = _started([*WHOLE, "--run-dir", str(run_dir)])
+    time.sleep(3.0)
+    signalled = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    status, out, err = _finish(proc)
+    stopped_in = time.monotonic() - signalled
+    assert status == 0 and "Resume with: jaxrl-frag resume" in out, err
+    assert stopped_in < 5.0, f"stopped {stopped_in:.1f} s after SIGTERM"
+    steps = [int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit()]
+    assert steps and 0 < max(steps) < 1000  # inside the run's only chunk: no row written yet
+    assert not (run_dir / "metrics.csv").exists() or len(_metrics(run_dir)) == 0
+
+    status, out, err = _finish(_worker("none", 0, "resume", str(run_dir)))
+    assert status == 0, err
+    assert len(_metrics(run_dir)) == 1 and _metrics(run_dir) == _metrics(reference)  # the chunk's totals carried over
+    resumed, expected = (read_state(d / "checkpoints" / "1000") for d in (run_dir, reference))
+    for a, b in zip(jax.tree.leaves(resumed), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_second_ctrl_c_exits_at_once_and_keeps_the_newest_checkpoint(uninterrupted: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc, _ = _started([*TRAIN, "--run-dir", str(run_dir)])
+    while not any(p.name.isdigit() for p in (run_dir / "checkpoints").glob("*")) and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    signalled = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    status, _, err = _finish(proc)
+    assert status == 130 and time.monotonic() - signalled < 3.0, err
+    assert "exiting now" in err and "Traceback" not in err
+    status, _, err = _finish(_worker("none", 0, "resume", str(run_dir)))
+    assert status == 0, err
+    assert _metrics(run_dir) == _metrics(uninterrupted)
+    for a, b in zip(jax.tree.leaves(_final_state(run_dir)), jax.tree.leaves(_final_state(uninterrupted)), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_ctrl_c_before_training_starts_exits_130_writing_nothing(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = _worker("none", 0, *TRAIN, "--run-dir", str(run_dir))
+    time.sleep(2.0)  # importing jax and tracing: long before the first call
+    proc.send_signal(signal.SIGINT)
+    status, _, err = _finish(proc)
+    assert status == 130 and "interrupted" in err and "Traceback" not in err, err
+    assert not run_dir.exists()

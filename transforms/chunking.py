@@ -1,9 +1,11 @@
 """Many training iterations as one compiled call, metrics reduced on device.
 
 A *chunk* is ``k`` iterations whose metrics are reduced to one row; a *call*
-runs several chunks back to back and returns their rows. Rows fix the
-resolution of the learning curve; calls fix how often the host wakes up. Both
-counts are traced, so one executable serves every chunk and call length.
+runs any number of iterations and returns the rows of the chunks it completed.
+Rows fix the resolution of the learning curve; calls fix how often the host
+wakes up. A call may end inside a chunk: the chunk's running totals are carried
+to the next call (or into a checkpoint), so a row is the same wherever calls
+begin and end. Every count is traced, so one executable serves every length.
 
 With ``check_finite`` every iteration also reduces each state field and each
 metric to one flag, "holds only finite numbers"; the first iteration whose flags
@@ -14,16 +16,36 @@ a spent budget) ends the call the same way, before its next iteration.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrl_frag import metrics as metrics_lib
 from jaxrl_frag.algorithms import Algorithm
 
 PyTree = Any
 Flags = dict[str, jax.Array]
+
+
+class Chunk(NamedTuple):
+    """A chunk in progress: its metrics' running totals (``metrics.accumulate``) over the
+    ``count`` iterations it has run."""
+
+    totals: metrics_lib.Metrics
+    count: Any
+
+    @classmethod
+    def empty(cls, algo: Algorithm, state: PyTree) -> Chunk:
+        """No iteration run yet: zero totals shaped like ``algo``'s metrics (host arrays)."""
+        shapes = jax.eval_shape(algo.step, state)[1]
+        return cls({k: np.zeros(v.shape, np.float32) for k, v in shapes.items()}, np.int32(0))
+
+    def row(self) -> metrics_lib.Metrics:
+        """The chunk's metrics so far (``metrics.reduce``), on the host."""
+        totals = jax.device_get(self.totals)
+        return metrics_lib.reduce(totals, np.float32(max(int(self.count), 1)))
 
 
 def finite_flags(state: PyTree, metrics: metrics_lib.Metrics) -> Flags:
@@ -39,54 +61,45 @@ def finite_flags(state: PyTree, metrics: metrics_lib.Metrics) -> Flags:
     return {name: total == 0 for name, total in zeros.items()}
 
 
-def run_chunk(
-    algo: Algorithm, state: PyTree, iterations: jax.Array, check_finite: bool = False
-) -> tuple[PyTree, metrics_lib.Metrics, jax.Array, Flags]:
-    """Up to ``iterations`` steps of ``algo``, fewer once it is ``finished``; metrics
-    summed or averaged over those run (see ``metrics``). Returns the state, the metrics,
-    the iterations run and the finite flags of the last one (all set unless it went
-    non-finite, which ends the chunk there, its metrics then meaningless)."""
-    state_shape, shapes = jax.eval_shape(algo.step, state)
-    zeros = {k: jnp.zeros(v.shape, jnp.float32) for k, v in shapes.items()}
-    no_flags = _all_set(state_shape, shapes) if check_finite else {}
+def run_iterations(
+    algo: Algorithm, state: PyTree, chunk: Chunk, iterations: jax.Array, chunk_iterations: jax.Array,
+    offset: jax.Array, *, max_rows: int, check_finite: bool = False,
+) -> tuple[PyTree, Chunk, metrics_lib.Metrics, jax.Array, jax.Array, Flags]:
+    """Up to ``iterations`` steps of ``algo`` continuing ``chunk``, whose first lies
+    ``offset`` iterations into its chunk of ``chunk_iterations``; fewer once ``algo`` is
+    ``finished`` or an iteration goes non-finite.
 
-    def running(carry: tuple[jax.Array, PyTree, metrics_lib.Metrics, Flags]) -> jax.Array:
-        i, state, _, flags = carry
+    Returns the state, the chunk in progress, each metric's rows shaped
+    ``[max_rows, ...]`` (one per chunk completed, averaged over the iterations it ran;
+    only the first ``num_rows`` are written), ``num_rows``, the iterations run and the
+    finite flags of the last one (all set unless it went non-finite, which ends the call
+    there, its row then meaningless). The caller keeps the chunks completed within
+    ``max_rows``: ``offset + iterations <= max_rows * chunk_iterations``.
+    """
+    state_shape, shapes = jax.eval_shape(algo.step, state)
+    rows = {k: jnp.zeros((max_rows, *v.shape), jnp.float32) for k, v in shapes.items()}
+    no_flags = _all_set(state_shape, shapes) if check_finite else {}
+    Carry = tuple[jax.Array, PyTree, Chunk, metrics_lib.Metrics, jax.Array, Flags]
+
+    def running(carry: Carry) -> jax.Array:
+        i, state, _, _, _, flags = carry
         return (i < iterations) & _all(flags) & ~algo.finished(state)
 
-    def body(carry: tuple[jax.Array, PyTree, metrics_lib.Metrics, Flags]) -> tuple[Any, ...]:
-        i, state, total, _ = carry
+    def body(carry: Carry) -> Carry:
+        i, state, chunk, rows, num_rows, _ = carry
         state, metrics = algo.step(state)
         flags = finite_flags(state, metrics) if check_finite else {}
-        return i + 1, state, metrics_lib.accumulate(total, metrics), flags
+        totals, count = metrics_lib.accumulate(chunk.totals, metrics), chunk.count + 1
+        row = metrics_lib.reduce(totals, count.astype(jnp.float32))
+        rows = {k: rows[k].at[num_rows].set(row[k]) for k in rows}  # kept once the chunk completes
+        complete = (offset + i + 1) % chunk_iterations == 0
+        chunk = Chunk({k: jnp.where(complete, 0.0, v) for k, v in totals.items()}, jnp.where(complete, 0, count))
+        return i + 1, state, chunk, rows, num_rows + complete.astype(jnp.int32), flags
 
-    ran, state, total, flags = jax.lax.while_loop(running, body, (jnp.int32(0), state, zeros, no_flags))
-    return state, metrics_lib.reduce(total, jnp.maximum(ran, 1).astype(jnp.float32)), ran, flags
-
-
-def run_chunks(
-    algo: Algorithm, state: PyTree, num_chunks: jax.Array, chunk_iterations: jax.Array, *, max_chunks: int,
-    check_finite: bool = False,
-) -> tuple[PyTree, metrics_lib.Metrics, jax.Array, Flags]:
-    """``num_chunks <= max_chunks`` chunks of ``chunk_iterations`` iterations (fewer once
-    ``algo`` is ``finished``, the last chunk then partial); returns the state, each
-    metric's rows shaped ``[max_chunks, ...]`` (rows past those run are NaN), the
-    iterations run and the finite flags of the last (see ``run_chunk``)."""
-    state_shape, shapes = jax.eval_shape(algo.step, state)
-    rows = {k: jnp.full((max_chunks, *v.shape), jnp.nan, jnp.float32) for k, v in shapes.items()}
-    no_flags = _all_set(state_shape, shapes) if check_finite else {}
-
-    def running(carry: tuple[jax.Array, jax.Array, PyTree, metrics_lib.Metrics, Flags]) -> jax.Array:
-        c, _, state, _, flags = carry
-        return (c < num_chunks) & _all(flags) & ~algo.finished(state)
-
-    def body(carry: tuple[jax.Array, jax.Array, PyTree, metrics_lib.Metrics, Flags]) -> tuple[Any, ...]:
-        c, ran, state, rows, _ = carry
-        state, metrics, chunk_ran, flags = run_chunk(algo, state, chunk_iterations, check_finite)
-        return c + 1, ran + chunk_ran, state, {k: rows[k].at[c].set(metrics[k]) for k in rows}, flags
-
-    _, ran, state, rows, flags = jax.lax.while_loop(running, body, (jnp.int32(0), jnp.int32(0), state, rows, no_flags))
-    return state, rows, ran, flags
+    chunk = Chunk({k: jnp.asarray(v, jnp.float32) for k, v in chunk.totals.items()}, jnp.asarray(chunk.count, jnp.int32))
+    ran, state, chunk, rows, num_rows, flags = jax.lax.while_loop(
+        running, body, (jnp.int32(0), state, chunk, rows, jnp.int32(0), no_flags))
+    return state, chunk, rows, num_rows, ran, flags
 
 
 def _all_set(state: PyTree, metrics: metrics_lib.Metrics) -> Flags:
