@@ -104,7 +104,7 @@ class Checkpoints:
     @property
     def damaged(self) -> Path:
         """Where unusable steps are moved (kept for inspection, out of orbax's way)."""
-        return self.directory.with_name(self.directory.name + ".damaged")
+        return damaged_directory(self.directory)
 
     def damaged_steps(self) -> list[int]:
         """The steps moved aside as unusable (by this run or an earlier one), oldest first."""
@@ -156,6 +156,11 @@ def _quiet_stragglers() -> None:
 def _not_an_orbax_task(record: logging.LogRecord) -> bool:
     message = record.getMessage()
     return not (message.startswith("Task exception was never retrieved") and "orbax" in message)
+
+
+def damaged_directory(directory: Path) -> Path:
+    """Where the unusable steps of the checkpoints in ``directory`` are moved."""
+    return directory.with_name(directory.name + ".damaged")
 
 
 def check_settings(every: int | None, keep: int, chunk_iterations: int | None = None) -> None:

@@ -366,13 +366,6 @@ def _memory_fix(args: argparse.Namespace, program: bool) -> str:
     return fix
 
 
-def _check_fits(program: Any, args: argparse.Namespace) -> None:
-    """Refuse a compiled ``program`` that its devices' memory cannot hold, before it runs."""
-    from jaxrl_frag import costs
-
-    costs.check_program_fits(program.executables, _memory_fix(args, program=True))
-
-
 def _calibrated(args: argparse.Namespace, algorithms: list[Any]) -> list[Any]:
     """Boosted ``algorithms`` with their rounds' device-seconds measured (one calibration
     serves every member: the rounds' sizes do not depend on them), or as the resumed run
@@ -558,6 +551,7 @@ def _run_locked(args: argparse.Namespace, run_dir: Any, algo: Any, members: list
     import jax
 
     import jaxrl_frag as jf
+    from jaxrl_frag import costs
     from jaxrl_frag.checkpoints import Checkpoints
     from jaxrl_frag.distributed import is_main_process
     from jaxrl_frag.envs import EnvWorkerError
@@ -574,7 +568,7 @@ def _run_locked(args: argparse.Namespace, run_dir: Any, algo: Any, members: list
         f"at least {algo.steps_per_iteration} steps (boosted)" if algo.iterations_vary else f"{algo.steps_per_iteration} steps")
     say(f"{args.recipe} on {args.env}: {size} -> {run_dir.path}")
     program = jf.compile(algo, policy, chunk_iterations=config["chunk_iterations"])  # validates the placement too
-    _check_fits(program, args)
+    costs.check_program_fits(program.executables, _memory_fix(args, program=True))  # before anything runs
     say(f"compiled in {program.compile_seconds:.1f} s; {policy.describe()}")
     if main_process and not args.resume:
         run_dir.create(args.overwrite)
@@ -657,12 +651,7 @@ def _resume_point(program: Any, checkpoints: Any, run_dir: Any, say: Callable[..
     last_row, problem = run_dir.inspect_metrics()
     every = run_dir.read_config()["checkpoint_every"]  # the interval the rows were written with
     with warnings.catch_warnings(record=True) as unusable:
-        try:
-            start = program.restore(checkpoints, allow_changes=RESUMABLE_CHANGES) if checkpoints.steps() else None
-        except ConfigError as error:
-            if error.field != "checkpoint":  # the one for no usable checkpoint
-                raise
-            start = None
+        start = program.newest(checkpoints, allow_changes=RESUMABLE_CHANGES)
     for warning in unusable:
         say(f"jaxrl-frag: warning: {warning.message}", file=sys.stderr)
     due = last_row // every * every  # the newest checkpoint the rows show was saved, 0 for none

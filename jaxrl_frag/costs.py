@@ -77,7 +77,6 @@ def xla_memory(compiled: Any, of: str = "") -> dict[str, int]:
     }
 
 
-
 def available_memory(device: jax.Device) -> int | None:
     """Bytes a program may use on ``device``: its allocator's limit on an accelerator, the
     host's available memory on CPU (which every CPU device shares); ``None`` where unknown."""

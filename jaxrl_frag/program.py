@@ -18,7 +18,7 @@ from jax.experimental import multihost_utils
 from jaxrl_frag import costs, tracing
 from jaxrl_frag import metrics as metrics_lib
 from jaxrl_frag.algorithms import Algorithm, plain
-from jaxrl_frag.checkpoints import Checkpoint, Checkpoints, changed_settings, check_settings
+from jaxrl_frag.checkpoints import Checkpoint, Checkpoints, changed_settings, check_settings, damaged_directory
 from jaxrl_frag.collectives import audit
 from jaxrl_frag.envs.host_env import worker_failure
 from jaxrl_frag.errors import NonFiniteError, check
@@ -209,10 +209,19 @@ class Program:
         return Chunk({k: np.asarray(v, np.float32) for k, v in saved["totals"].items()}, np.int32(saved["count"]))
 
     def restore(self, path: str | Path | Checkpoints, allow_changes: Sequence[str] = ()) -> Checkpoint:
+        """The newest usable checkpoint in ``path`` (see ``newest``); ``ConfigError`` also
+        where there is none."""
+        checkpoint = self.newest(path, allow_changes)
+        directory = path.directory if isinstance(path, Checkpoints) else Path(path).absolute()
+        check(checkpoint is not None, "checkpoint", str(directory),
+              f"holds no usable checkpoint (unusable ones are in {damaged_directory(directory)}); start the run afresh")
+        return checkpoint
+
+    def newest(self, path: str | Path | Checkpoints, allow_changes: Sequence[str] = ()) -> Checkpoint | None:
         """The newest usable checkpoint in ``path``, placed as this program's state is
-        (any mesh: arrays saved sharded over 4 devices restore onto 2). Raises
-        ``ConfigError`` if the saved configuration differs from this algorithm's in a
-        field not named in ``allow_changes``, or if there is no usable checkpoint."""
+        (any mesh: arrays saved sharded over 4 devices restore onto 2), or ``None`` where
+        none is usable. Raises ``ConfigError`` if the saved configuration differs from this
+        algorithm's in a field not named in ``allow_changes``."""
         if not isinstance(path, Checkpoints):
             check(Path(path).is_dir(), "checkpoint", str(path), "is not a directory of checkpoints")
         manager = path if isinstance(path, Checkpoints) else Checkpoints(path)
@@ -223,11 +232,10 @@ class Program:
         finally:
             if manager is not path:
                 manager.close()
-        check(checkpoint is not None, "checkpoint", str(manager.directory),
-              f"holds no usable checkpoint (unusable ones are in {manager.damaged}); start the run afresh")
-        changed = changed_settings(checkpoint.meta.get("config", {}), self.algorithm.config(), allow_changes)
-        check(not changed, "config", ", ".join(changed.values()),
-              "differs from the checkpoint's; resume with the saved settings or start a new run")
+        if checkpoint is not None:
+            changed = changed_settings(checkpoint.meta.get("config", {}), self.algorithm.config(), allow_changes)
+            check(not changed, "config", ", ".join(changed.values()),
+                  "differs from the checkpoint's; resume with the saved settings or start a new run")
         return checkpoint
 
     def explain(self) -> Explanation:
