@@ -17,6 +17,7 @@ saves a checkpoint and exits 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import decimal
@@ -27,7 +28,7 @@ import signal
 import sys
 import threading
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -569,6 +570,7 @@ def _run_locked(args: argparse.Namespace, run_dir: Any, algo: Any, members: list
     say(f"{args.recipe} on {args.env}: {size} -> {run_dir.path}")
     program = jf.compile(algo, policy, chunk_iterations=config["chunk_iterations"])  # validates the placement too
     costs.check_program_fits(program.executables, _memory_fix(args, program=True))  # before anything runs
+    _Interrupt.raise_if_received()  # before anything is written
     say(f"compiled in {program.compile_seconds:.1f} s; {policy.describe()}")
     if main_process and not args.resume:
         run_dir.create(args.overwrite)
@@ -703,6 +705,47 @@ def _member_rows(row: dict[str, Any], members: list[tuple[dict[str, float], int]
             for i, (setting, seed) in enumerate(members)]
 
 
+class _Interrupt:
+    """SIGINT outside training ends the command with ``INTERRUPTED``. Python drops a
+    ``KeyboardInterrupt`` raised inside a garbage-collector callback or a finaliser (jax
+    runs some), reporting it as "unraisable" with a traceback, so the signal is also
+    recorded, the report left out, and ``raise_if_received`` raises it again where the
+    command is about to write."""
+
+    received = False
+
+    @classmethod
+    @contextlib.contextmanager
+    def handled(cls) -> Iterator[None]:
+        """SIGINT handled so for the duration (in the main thread; elsewhere as it was)."""
+        cls.received = False
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous, report = signal.signal(signal.SIGINT, cls._handle), sys.unraisablehook
+
+        def unraisable(failure: Any) -> None:
+            if not isinstance(failure.exc_value, KeyboardInterrupt):
+                report(failure)
+
+        sys.unraisablehook = unraisable
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            sys.unraisablehook = report
+
+    @classmethod
+    def _handle(cls, _signum: int, _frame: Any) -> None:
+        cls.received = True
+        raise KeyboardInterrupt
+
+    @classmethod
+    def raise_if_received(cls) -> None:
+        if cls.received:
+            raise KeyboardInterrupt
+
+
 class _StopOnSignal:
     """While active, SIGINT and SIGTERM (a preemption notice) ask the run to stop after
     its current call (calls last about ``Program.seconds_per_call``, whatever the chunk
@@ -727,6 +770,7 @@ class _StopOnSignal:
                     "checkpoint; send it again to exit at once\n".encode())
 
     def __enter__(self) -> _StopOnSignal:
+        self.requested = _Interrupt.received  # one that reached the command's set-up, where Python dropped it
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
                 self._previous[signum] = signal.signal(signum, self._handle)
@@ -797,9 +841,10 @@ def _envs(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     try:
-        _configure_runtime(argv)
-        args = build_parser().parse_args(argv)
-        return args.handler(args)
+        with _Interrupt.handled():
+            _configure_runtime(argv)
+            args = build_parser().parse_args(argv)
+            return args.handler(args)
     except ConfigError as error:
         print(f"jaxrl-frag: error: {error}", file=sys.stderr)
         return USAGE_ERROR
