@@ -5,7 +5,7 @@ budget, five strategies, seeds as populations.
 
 Strategies: ``fixed-small`` and ``fixed-large`` (plain PPO at the ladder's bottom and
 top environment counts, for the whole budget), ``nitro``, ``gns`` and ``random``
-(``jaxrl_frag.boost``). Every strategy's seeds run as one population. The rounds'
+(``jaxrl_frag.transforms.boost``). Every strategy's seeds run as one population. The rounds'
 device-seconds come from ``boost.calibrate`` on this machine (each rung's actor,
 learner and probe fragments timed alone), the same table for every strategy.
 
@@ -31,10 +31,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 import jaxrl_frag as jf
-from jaxrl_frag import boost
 from jaxrl_frag.recipes import PPO
 from jaxrl_frag.summary import bootstrap_ci
-from jaxrl_frag.transforms import Population
+from jaxrl_frag.transforms import Population, boost
 
 STRATEGIES = ("fixed-small", "fixed-large", "nitro", "gns", "random")
 GRID = 200  # points of the common environment-step axis the seeds' curves are read on

@@ -28,8 +28,8 @@ def measure(contender: str, env: str, budget: int) -> dict[str, float]:
     import jax
 
     import jaxrl_frag as jf
-    from jaxrl_frag import boost
     from jaxrl_frag.recipes import PPO
+    from jaxrl_frag.transforms import boost
 
     recipe = PPO.create(env, num_envs=64, total_steps=budget)
     algo = recipe if contender == "plain" else boost.Boosted.create(recipe, strategy="fixed", budget_steps=budget)

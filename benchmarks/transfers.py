@@ -22,8 +22,8 @@ import jax
 import numpy as np
 
 import jaxrl_frag as jf
-from jaxrl_frag.pipeline import PipelineState
 from jaxrl_frag.sharding import ActorLearner
+from jaxrl_frag.sharding.actor_learner import PipelineState
 from jaxrl_frag.transforms.precision import TRANSFER_DTYPES
 
 

@@ -2,7 +2,7 @@
 environments (Gymnasium, Atari) in worker processes."""
 
 from jaxrl_frag.envs.brax_env import BraxEnv
-from jaxrl_frag.envs.core import Box, Discrete, Env, Space, Steps, TimeStep, Wrapper
+from jaxrl_frag.envs.core import Box, Capabilities, Discrete, Ended, Env, Space, Steps, TimeStep, Wrapper
 from jaxrl_frag.envs.gymnax_env import GymnaxEnv
 from jaxrl_frag.envs.host_env import HostEnv, is_host
 from jaxrl_frag.envs.host_pool import EnvWorkerError
@@ -16,7 +16,7 @@ from jaxrl_frag.envs.wrappers import (
 )
 
 __all__ = [
-    "Box", "BraxEnv", "Discrete", "Env", "EnvWorkerError", "EpisodeStatistics", "GymnaxEnv", "HostEnv",
+    "Box", "BraxEnv", "Capabilities", "Discrete", "Ended", "Env", "EnvWorkerError", "EpisodeStatistics", "GymnaxEnv", "HostEnv",
     "NormalizeObservation", "RunningMoments", "ScaleReward", "Space", "Steps", "TimeStep", "VecEnv", "Wrapper",
     "available", "is_host", "make", "register",
 ]

@@ -63,7 +63,22 @@ class BraxEnv(Env):
     def make(cls, name: str, *, backend: str = "generalized", episode_length: int = 1000,
              action_repeat: int = 1) -> BraxEnv:
         """``brax:<name>`` with physics ``backend``; ``ConfigError`` for an unknown name or
-        backend or a non-positive length or repeat, before brax is imported."""
+        backend or a non-positive length or repeat, before brax is imported.
+
+        Args:
+            name: The id, ``brax:<name>`` (``brax:hopper``; the prefix may be left out).
+            backend: The physics: ``generalized``, ``positional``, ``spring`` or ``mjx``.
+            episode_length: Physics steps (every repeat counted) after which an episode
+                is truncated.
+            action_repeat: Physics steps per ``step``, each with the same action.
+
+        Returns:
+            One unbatched environment.
+
+        Raises:
+            ConfigError: For an unknown name or backend, or a length or repeat that is
+                not a positive integer.
+        """
         short = name.removeprefix(PREFIX)
         if short not in NAMES:
             close = difflib.get_close_matches(name, ids(), n=3)

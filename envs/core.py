@@ -83,6 +83,21 @@ class Ended(NamedTuple):
     episode_length: jax.Array
 
 
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What an environment family can do, declared for the features that depend on it.
+
+    ``traceable``: its steps trace into XLA and its state is arrays of the training
+    state, so a transform may ``vmap`` copies of it (populations) or step a slice of its
+    environments (boosting). ``restorable``: a checkpoint of the training state restores
+    it exactly; where not (environments stepped outside the program), a resumed run
+    starts them afresh.
+    """
+
+    traceable: bool = True
+    restorable: bool = True
+
+
 # act(obs, key) -> (action to record, action to send to the environment, anything else to keep per step)
 Act = Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array, PyTree]]
 
@@ -96,6 +111,16 @@ class Env:
 
     name: str  # the id it was made from
     num_envs: int | None  # batch size; None for one unbatched environment
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this environment can do (by default: everything a pure JAX one can)."""
+        return Capabilities()
+
+    def failure(self) -> Exception | None:
+        """What failed outside the compiled program in its last call, where something did
+        (a worker process stepping it, say); taken once. None for a pure environment."""
+        return None
 
     @property
     def observation_space(self) -> Box:
@@ -146,6 +171,14 @@ class Wrapper(Env):
         return getattr(self.inner, name)
 
     @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities
+
+    def failure(self) -> Exception | None:
+        """The inner environment's."""
+        return self.inner.failure()
+
+    @property
     def observation_space(self) -> Box:
         return self.inner.observation_space
 
@@ -154,7 +187,9 @@ class Wrapper(Env):
         return self.inner.action_space
 
     def reset(self, key: jax.Array) -> tuple[PyTree, jax.Array]:
+        """The inner environment's reset."""
         return self.inner.reset(key)
 
     def step(self, key: jax.Array, state: PyTree, action: jax.Array) -> tuple[PyTree, TimeStep]:
+        """The inner environment's step."""
         return self.inner.step(key, state, action)

@@ -39,6 +39,15 @@ class GymnaxEnv(Env):
 
     @classmethod
     def make(cls, name: str, **kwargs: Any) -> GymnaxEnv:
+        """One unbatched gymnax environment.
+
+        Args:
+            name: A gymnax id (``CartPole-v1``, ``Breakout-MinAtar``, ...).
+            **kwargs: Passed to ``gymnax.make``.
+
+        Returns:
+            The environment, with gymnax's default parameters.
+        """
         env, params = gymnax.make(name, **kwargs)
         return cls(name, tuple(sorted(kwargs.items())), env, params)
 

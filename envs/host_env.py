@@ -35,24 +35,18 @@ import numpy as np
 
 from jaxrl_frag import primitives
 from jaxrl_frag.bounds import divisors
-from jaxrl_frag.envs.core import Act, Box, Discrete, Ended, Env, PyTree, Space, Steps, TimeStep
+from jaxrl_frag.envs.core import Act, Box, Capabilities, Discrete, Ended, Env, PyTree, Space, Steps, TimeStep
 from jaxrl_frag.envs.host_pool import FAMILIES, EnvWorkerError, HostEnvPool, HostStep, environments
 from jaxrl_frag.errors import ConfigError, check
 
 PREFIXES = tuple(f"{family}:" for family in FAMILIES)
 _LIVE: set[HostEnv] = set()  # environments whose pools are up, closed at exit
-_FAILURES: list[EnvWorkerError] = []  # raised in host callbacks, where XLA wraps them
 _TOKEN = jax.ShapeDtypeStruct((), jnp.int32)  # passed from host call to host call: their order
 
 
 def is_host(env_id: str) -> bool:
     """Whether ``env_id`` names host environments (``gymnasium:<id>``, ``ale:<Game>``)."""
     return env_id.startswith(PREFIXES)
-
-
-def worker_failure() -> EnvWorkerError | None:
-    """The ``EnvWorkerError`` a host callback raised since the last call, if one did."""
-    return _FAILURES.pop() if _FAILURES else None
 
 
 class _ReraisedFailures(logging.Filter):
@@ -122,6 +116,18 @@ class HostEnv(Env):
     @property
     def action_space(self) -> Space:
         return self.spaces[1]
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Stepped by worker processes: not traceable, and no state in a checkpoint."""
+        return Capabilities(traceable=False, restorable=False)
+
+    def failure(self) -> EnvWorkerError | None:
+        """The ``EnvWorkerError`` a host call of this environment raised since the last
+        call, if one did (XLA reports it as a runtime error of the program)."""
+        failure = getattr(self, "_failure", None)
+        object.__setattr__(self, "_failure", None)
+        return failure
 
     @property
     def group_size(self) -> int:
@@ -248,7 +254,7 @@ class HostEnv(Env):
         try:
             return request(self.pool())
         except EnvWorkerError as error:
-            _FAILURES.append(error)
+            object.__setattr__(self, "_failure", error)
             _LIVE.discard(self)
             raise
 

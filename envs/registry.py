@@ -1,8 +1,21 @@
-"""``make``: an environment id to a batched, wrapped environment."""
+"""``make``: an environment id to a batched, wrapped environment.
+
+Besides the built-in families, ``make`` takes the ids that installed packages declare
+in the entry-point group ``jaxrl_frag.envs`` (``PLUGIN_GROUP``): an entry point named
+``MyEnv-v0`` serves that id, one named ``mysim:`` (ending in a colon) every id that
+starts with ``mysim:``. Its object is a factory ``factory(env_id, num_envs, **options)
+-> Env``, called with the whole id, the batch size (``None`` for one environment) and
+``make``'s extra keyword arguments; it returns one unbatched environment, which
+``make`` batches and wraps as it does gymnax's, or a batch of exactly ``num_envs``
+(a family that batches itself), which ``make`` takes as it is but for the
+normalisation wrappers. Ids that a built-in family takes stay the built-in's.
+"""
 
 from __future__ import annotations
 
 import difflib
+import functools
+import importlib.metadata
 from collections.abc import Callable
 from typing import Any
 
@@ -16,11 +29,92 @@ from jaxrl_frag.envs.wrappers import EpisodeStatistics, NormalizeObservation, Sc
 from jaxrl_frag.errors import ConfigError, check
 
 _REGISTERED: dict[str, Callable[..., Env]] = {}
+PLUGIN_GROUP = "jaxrl_frag.envs"
+_FACTORIES: dict[tuple[str, str], Callable[..., Env]] = {}  # loaded plugin factories, by entry point
+
+
+def _built_in(name: str) -> bool:
+    return name in gymnax.registered_envs or name.startswith((brax_env.PREFIX, *PREFIXES))
+
+
+@functools.cache
+def plugins() -> dict[str, importlib.metadata.EntryPoint]:
+    """The environment ids and id families (names ending in ``:``) that installed packages
+    declare in entry-point group ``jaxrl_frag.envs``, not loaded; a name that a built-in
+    family takes is left out, and of two packages declaring one name the first found is kept."""
+    found: dict[str, importlib.metadata.EntryPoint] = {}
+    for entry_point in importlib.metadata.entry_points(group=PLUGIN_GROUP):
+        if not _built_in(entry_point.name):
+            found.setdefault(entry_point.name, entry_point)
+    return found
+
+
+def plugin_families() -> dict[str, importlib.metadata.EntryPoint]:
+    """The id families (prefixes ending in ``:``) that plugins serve."""
+    return {name: ep for name, ep in plugins().items() if name.endswith(":")}
+
+
+def describe_entry_point(entry_point: importlib.metadata.EntryPoint) -> str:
+    """``entry point NAME = MODULE:OBJECT (group G, package P VERSION)``."""
+    dist = getattr(entry_point, "dist", None)
+    package = f", package {dist.name} {dist.version}" if dist is not None else ""
+    return f"entry point {entry_point.name} = {entry_point.value} (group {entry_point.group}{package})"
+
+
+def load_plugin(entry_point: importlib.metadata.EntryPoint, field: str, value: Any) -> Any:
+    """The object ``entry_point`` names, loaded; a ``ConfigError`` for setting ``field``
+    (``value``), naming the entry point and what went wrong, where it fails to load."""
+    try:
+        return entry_point.load()
+    except Exception as error:
+        reason = " ".join(str(error).split()) or "no message"
+        reason = reason if len(reason) <= 300 else reason[:297] + "..."
+        raise ConfigError(field, value, f"its plugin failed to load: {describe_entry_point(entry_point)}: "
+                                        f"{type(error).__name__}: {reason}; fix or reinstall that package, or uninstall "
+                                        "it") from None
+
+
+def _plugin_for(name: str) -> importlib.metadata.EntryPoint | None:
+    """The plugin serving id ``name``: the one of that name, or the longest family prefix of it."""
+    found = plugins()
+    if name in found and not name.endswith(":"):
+        return found[name]
+    prefixes = [p for p in plugin_families() if name.startswith(p) and len(name) > len(p)]
+    return found[max(prefixes, key=len)] if prefixes else None
+
+
+def _from_plugin(entry_point: importlib.metadata.EntryPoint, name: str, num_envs: int | None,
+                 kwargs: dict[str, Any]) -> Env:
+    key = (entry_point.name, entry_point.value)
+    if key not in _FACTORIES:
+        factory = load_plugin(entry_point, "env", name)
+        check(callable(factory), "env", name,
+              f"its plugin's {describe_entry_point(entry_point)} is not callable: it must name a factory "
+              "factory(env_id, num_envs, **options) -> Env")
+        _FACTORIES[key] = factory
+    env = _FACTORIES[key](name, num_envs, **kwargs)
+    check(isinstance(env, Env), "env", name,
+          f"its plugin's factory {entry_point.value} returned {type(env).__name__}, not a jaxrl_frag.envs.Env")
+    batch = getattr(env, "num_envs", None)
+    check(batch is None or (num_envs is not None and batch == num_envs), "env", name,
+          f"its plugin's factory {entry_point.value} returned a batch of {batch} environments for num_envs={num_envs}: "
+          "return one unbatched environment, or a batch of num_envs")
+    return env
 
 
 def register(name: str, factory: Callable[..., Env]) -> None:
     """Make ``factory(**kwargs)`` (one unbatched JAX environment) available to ``make``
-    and to ``--env`` as ``name``."""
+    and to ``--env`` as ``name``.
+
+    Args:
+        name: The new id; not a gymnax id, and not starting with ``brax:``,
+            ``gymnasium:`` or ``ale:``.
+        factory: Called with ``make``'s extra keyword arguments; returns one unbatched
+            ``Env``.
+
+    Raises:
+        ConfigError: If ``name`` is taken by a built-in family.
+    """
     check(name not in gymnax.registered_envs, "name", name, "is a gymnax environment id already; choose another")
     check(not name.startswith((brax_env.PREFIX, *PREFIXES)), "name", name,
           f"ids starting {', '.join((brax_env.PREFIX, *PREFIXES))} are Brax's and the host families'; choose another")
@@ -28,8 +122,10 @@ def register(name: str, factory: Callable[..., Env]) -> None:
 
 
 def available() -> list[str]:
-    """Every JAX environment id that ``make`` accepts (and any ``gymnasium:<id>`` or ``ale:<Game>``)."""
-    return sorted([*gymnax.registered_envs, *brax_env.ids(), *_REGISTERED])
+    """Every JAX environment id that ``make`` accepts (and any ``gymnasium:<id>`` or
+    ``ale:<Game>``, and the ids of the plugins' families)."""
+    plugin_ids = [name for name in plugins() if not name.endswith(":")]
+    return sorted({*gymnax.registered_envs, *brax_env.ids(), *_REGISTERED, *plugin_ids})
 
 
 def make(
@@ -48,25 +144,52 @@ def make(
     ``backend``, ``episode_length`` and ``action_repeat`` (``BraxEnv.make``). Host
     environments (``gymnasium:<id>``, ``ale:<Game>``) come batched only, and take
     ``workers``, ``groups`` and ``ring`` (``HostEnv.make``) besides their own arguments.
+    A plugin's id (module docstring) goes to its factory with ``num_envs`` and ``kwargs``.
+
+    Args:
+        name: An id from ``available()``, ``gymnasium:<id>``, ``ale:<Game>`` or an id of
+            a plugin's family.
+        num_envs: Batch size; ``None`` for one unbatched JAX environment.
+        normalize_obs: Standardise observations by running statistics
+            (``NormalizeObservation``; JAX environments, batched).
+        scale_reward: Scale rewards by the running spread of the discounted return
+            (``ScaleReward``; JAX environments, batched).
+        gamma: The discount ``scale_reward`` uses.
+        **kwargs: Passed to the environment's constructor.
+
+    Returns:
+        The environment: ``EpisodeStatistics(VecEnv(env, num_envs))``, wrapped further
+        as asked, with ``num_envs``; the bare environment without.
+
+    Raises:
+        ConfigError: For an unknown id (with the closest ones), a non-positive
+            ``num_envs``, options a host environment does not take, or a plugin that
+            fails to load (naming its entry point).
     """
     if is_host(name):
         check(num_envs is not None, "num_envs", num_envs, f"host environments ({name}) come batched: give num_envs")
         for option, value in (("normalize_obs", normalize_obs), ("scale_reward", scale_reward)):
             check(not value, option, value, f"is for JAX environments; {name} runs on the host: turn it off")
         return HostEnv.make(name, num_envs, **kwargs)
+    plugin = None
     if name.startswith(brax_env.PREFIX):
         env: Env = brax_env.BraxEnv.make(name, **kwargs)
-    elif name not in gymnax.registered_envs and name not in _REGISTERED:
-        close = difflib.get_close_matches(name, available(), n=3)
-        hint = f"did you mean {', '.join(close)}? " if close else ""
-        raise ConfigError("env", name, f"unknown environment; {hint}available: {', '.join(available())}, "
-                                      "and host environments gymnasium:<Gymnasium id> and ale:<Atari game>")
-    else:
+    elif name in gymnax.registered_envs or name in _REGISTERED:
         env = _REGISTERED[name](**kwargs) if name in _REGISTERED else GymnaxEnv.make(name, **kwargs)
+    elif (plugin := _plugin_for(name)) is not None:
+        check(num_envs is None or num_envs > 0, "num_envs", num_envs, "must be a positive number of environments")
+        env = _from_plugin(plugin, name, num_envs, kwargs)
+    else:
+        known = [*available(), *(f"{prefix}<id>" for prefix in plugin_families())]
+        close = difflib.get_close_matches(name, known, n=3)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise ConfigError("env", name, f"unknown environment; {hint}available: {', '.join(known)}, "
+                                      "and host environments gymnasium:<Gymnasium id> and ale:<Atari game>")
     if num_envs is None:
         return env
     check(num_envs > 0, "num_envs", num_envs, "must be a positive number of environments")
-    env = EpisodeStatistics(VecEnv(env, num_envs))
+    if plugin is None or getattr(env, "num_envs", None) is None:  # a plugin's family may batch itself
+        env = EpisodeStatistics(VecEnv(env, num_envs))
     if normalize_obs:
         env = NormalizeObservation(env)
     if scale_reward:

@@ -20,7 +20,9 @@ from jaxrl_frag.primitives import Shared
 
 @dataclasses.dataclass(frozen=True)
 class VecEnv(Wrapper):
-    """``num_envs`` independent copies of ``inner``, stepped with ``vmap``."""
+    """``num_envs`` independent copies of ``inner``, stepped with ``vmap``: every leaf of
+    the state, the observations and the ``TimeStep`` gain a leading ``[num_envs]`` axis,
+    and ``reset`` and ``step`` split their key into one per environment."""
 
     num_envs: int = 1
 
@@ -60,7 +62,17 @@ class EpisodeStatistics(Wrapper):
 
 @struct.dataclass
 class RunningMoments(Shared):
-    """Mean and variance of everything seen so far (Chan et al.'s parallel merge)."""
+    """Mean and variance of everything seen so far (Chan et al.'s parallel merge).
+
+    A ``Shared`` value: the statistics of the whole environment batch, the same on
+    every device under any distribution policy.
+
+    Attributes:
+        mean: Running mean per feature.
+        var: Running variance per feature.
+        count: Samples seen (starts at a tiny positive count, so the first update
+            divides by no zero).
+    """
 
     mean: jax.Array
     var: jax.Array
@@ -68,9 +80,12 @@ class RunningMoments(Shared):
 
     @classmethod
     def zeros(cls, shape: tuple[int, ...]) -> RunningMoments:
+        """No data yet: mean 0 and variance 1 per feature of ``shape``."""
         return cls(jnp.zeros(shape), jnp.ones(shape), jnp.asarray(1e-4))
 
     def update(self, batch: jax.Array) -> RunningMoments:
+        """The moments with ``batch`` (leading axis: samples, over the whole environment
+        batch through ``primitives.batch_moments``) merged in."""
         mean, var, count = primitives.batch_moments(batch)
         total = self.count + count
         delta = mean - self.mean
@@ -87,7 +102,10 @@ class NormalizeState:
 
 @dataclasses.dataclass(frozen=True)
 class NormalizeObservation(Wrapper):
-    """Observations standardised by running statistics over all environments, clipped."""
+    """Observations standardised by running statistics over all environments, clipped
+    to ``[-clip, clip]``. ``final_obs`` is standardised with the same statistics, so a
+    bootstrapped value sees what the policy sees. The statistics live in the
+    environment state (and so in a checkpoint)."""
 
     clip: float = 10.0
 
@@ -116,7 +134,9 @@ class ScaleState:
 
 @dataclasses.dataclass(frozen=True)
 class ScaleReward(Wrapper):
-    """Rewards divided by the running standard deviation of the discounted return."""
+    """Rewards divided by the running standard deviation of the discounted return
+    (discount ``gamma``), clipped to ``[-clip, clip]``; the statistics live in the
+    environment state."""
 
     gamma: float = 0.99
     clip: float = 10.0

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-
-from jaxrl_frag.envs.core import Box, Discrete, Env
-from jaxrl_frag.errors import ConfigError
 
 PyTree = Any
 Metrics = dict[str, jax.Array]
@@ -38,21 +35,6 @@ def hyperparameter(default: Any = dataclasses.MISSING, **metadata: Any) -> Any:
 class Algorithm:
     """Base of every algorithm; subclasses are ``flax.struct.dataclass`` pytrees."""
 
-    action_spaces: ClassVar[tuple[type, ...]] = (Discrete, Box)  # the kinds of action space it can act in
-
-    @classmethod
-    def check_env(cls, env: Env) -> None:
-        """Raise ``ConfigError`` if ``env``'s action space is of a kind this algorithm cannot act in."""
-        space = env.action_space
-        if not isinstance(space, cls.action_spaces):
-            kinds = {Discrete: "discrete", Box: "continuous"}
-            supported = " or ".join(kinds[k] for k in cls.action_spaces)
-            raise ConfigError(
-                "env", env.name,
-                f"has {kinds[type(space)]} actions ({space}); {cls.__name__} supports {supported} actions only: "
-                f"choose an environment with {supported} actions or a recipe for {kinds[type(space)]} ones",
-            )
-
     def init(self, key: jax.Array) -> PyTree:
         """The training state at iteration 0."""
         raise NotImplementedError
@@ -66,6 +48,12 @@ class Algorithm:
         unless part of the training lives outside it (host environments, which start
         afresh). Called outside any transformation, on the restored state."""
         return state
+
+    def failure(self) -> Exception | None:
+        """What failed outside the compiled program, where something did (a host
+        environment's worker, say): XLA reports such a failure as a runtime error of the
+        program, and ``Program.run`` raises this instead. Taken once; none by default."""
+        return None
 
     def finished(self, state: PyTree) -> jax.Array:
         """Whether the run is over before ``num_iterations`` (its budget spent): no

@@ -49,6 +49,16 @@ class Checkpoints:
 
     ``every`` is the interval in iterations at which ``Program.run`` saves (it also
     saves at the end and when stopped); ``keep`` is how many steps are kept.
+
+    Args:
+        directory: Where the steps are written (created if missing); unusable steps
+            are moved to ``<directory>.damaged/``.
+        every: Save every this many iterations (a multiple of the program's
+            ``chunk_iterations``); ``None``: only at the end and when stopped.
+        keep: How many of the newest steps to keep.
+
+    Raises:
+        ConfigError: If ``every`` is not positive or ``keep`` is below one.
     """
 
     def __init__(self, directory: str | Path, every: int | None = None, keep: int = 3):
@@ -67,7 +77,14 @@ class Checkpoints:
 
     def save(self, iteration: int, state: PyTree, meta: dict[str, Any]) -> None:
         """Start writing ``state`` as step ``iteration``; returns once the arrays are
-        copied off the devices, so the caller may donate them."""
+        copied off the devices, so the caller may donate them.
+
+        Args:
+            iteration: The iteration the state is at; names the step.
+            state: The training state (any pytree of arrays, sharded or not).
+            meta: JSON-ready data saved with it (``Program.run`` saves the
+                configuration, the rows of metrics and a chunk in progress).
+        """
         meta = {**meta, "iteration": iteration, "fingerprint": fingerprint(state)}
         self._manager.save(iteration, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                                meta=ocp.args.JsonSave(meta)))
@@ -83,6 +100,12 @@ class Checkpoints:
         A step that cannot be read, or whose contents do not match the fingerprint
         saved with it, is moved aside (``damaged``) with a warning, and the one before
         it tried.
+
+        Args:
+            like: The state's structure, shapes, dtypes and target shardings.
+
+        Returns:
+            The restored ``Checkpoint``, or ``None`` where no step is usable.
         """
         self.wait()
         abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), like)
@@ -165,7 +188,16 @@ def damaged_directory(directory: Path) -> Path:
 
 def check_settings(every: int | None, keep: int, chunk_iterations: int | None = None) -> None:
     """Raise ``ConfigError`` for a checkpoint interval that is not a positive multiple of
-    ``chunk_iterations`` (saves happen between chunks), or ``keep`` below one."""
+    ``chunk_iterations`` (saves happen between chunks), or ``keep`` below one.
+
+    Args:
+        every: The checkpoint interval in iterations, or ``None`` for none.
+        keep: How many steps to keep.
+        chunk_iterations: The program's iterations per chunk, if known.
+
+    Raises:
+        ConfigError: Naming the setting, its value and the fix.
+    """
     check(every is None or every > 0, "checkpoint_every", every, "must be a positive iteration count")
     if every is not None and chunk_iterations:
         check(every % chunk_iterations == 0, "checkpoint_every", every,
@@ -176,7 +208,16 @@ def check_settings(every: int | None, keep: int, chunk_iterations: int | None = 
 
 def changed_settings(saved: dict[str, Any], now: dict[str, Any], ignore: Sequence[str] = ()) -> dict[str, str]:
     """The settings that differ between a saved configuration and ``now`` (compared as
-    JSON, so tuples equal lists), other than ``ignore``: name -> ``"name: old -> new"``."""
+    JSON, so tuples equal lists), other than ``ignore``: name -> ``"name: old -> new"``.
+
+    Args:
+        saved: The configuration a checkpoint was saved with (``meta["config"]``).
+        now: The current one (``Algorithm.config()``).
+        ignore: Settings allowed to change.
+
+    Returns:
+        One ``"name: old -> new"`` line per differing setting, by name; empty if none.
+    """
     now = json.loads(json.dumps(now, default=str))
     names = sorted(k for k in (saved.keys() | now.keys()) - set(ignore) if saved.get(k) != now.get(k))
     return {k: f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in names}

@@ -86,11 +86,9 @@ def _picture(explanation: Explanation) -> _Picture:
     labels |= {"in:state": "state", "in:algorithm": "hyperparameters", "out:state": "state'", "out:metrics": "metrics"}
     colours |= dict.fromkeys(("in:state", "in:algorithm", "out:state", "out:metrics"), "#ffffff")
 
-    def group(name: str) -> str:
-        """The device group a fragment runs on: under ActorLearner its role's group."""
-        if not explanation.transfers:
-            return "all"
-        return "actor" if role[name] == "actor" else "learner"
+    def group(name: str) -> str | None:
+        """The device group a fragment runs on (None where there is one group)."""
+        return explanation.group_of(role[name])
 
     def endpoint(name: str, incoming: bool) -> str:
         if name in role:
@@ -115,16 +113,16 @@ def _picture(explanation: Explanation) -> _Picture:
             lines = [*lines, f"transfer in {explanation.transfer_dtype}: "
                      f"{format_bytes(sum(t.nbytes[explanation.transfer_dtype] for t in moved))}"]
         arrows.append(_Arrow(src, dst, "\n".join(lines), (src, dst) in crossing))
-    parameters = [t for t in explanation.transfers if t.direction == "learner -> actor"]
-    for t in parameters:  # between iterations: the learner's output becomes the actor's input
-        learner = next(n.name for n in graph.nodes if group(n.name) == "learner")
-        actor = next(n.name for n in graph.nodes if group(n.name) == "actor")
-        arrows.append(_Arrow(learner, actor, f"{t.name.split('.', 1)[-1]} for the next iteration\ntransfer in "
+    for t in (t for t in explanation.transfers if t.carried):  # one group's output is another's next input
+        source, destination = t.direction.split(" -> ")
+        sender = next(n.name for n in graph.nodes if group(n.name) == source)
+        receiver = next(n.name for n in graph.nodes if group(n.name) == destination)
+        arrows.append(_Arrow(sender, receiver, f"{t.name.split('.', 1)[-1]} for the next iteration\ntransfer in "
                                             f"{explanation.transfer_dtype}: "
                                             f"{format_bytes(t.nbytes[explanation.transfer_dtype])}", True))
     groups: dict[str, list[str]] = defaultdict(list)
     for n in graph.nodes:
-        caption = explanation.groups.get(group(n.name)) or "\n".join([explanation.placement,
+        caption = explanation.groups.get(group(n.name) or "") or "\n".join([explanation.placement,
                                                                       *summary(explanation.collectives)])
         groups[caption].append(n.name)
     columns = [["in:state", "in:algorithm"], *([n.name] for n in graph.nodes), ["out:state", "out:metrics"]]

@@ -8,7 +8,6 @@ from pathlib import Path
 from jaxrl_frag import drawing
 from jaxrl_frag.collectives import Collective, totals
 from jaxrl_frag.graph import FragmentGraph, format_bytes
-from jaxrl_frag.transforms.precision import TRANSFER_DTYPES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -16,18 +15,20 @@ class Transfer:
     """A value copied between device groups once per iteration, and its bytes in each
     transfer precision."""
 
-    direction: str  # "actor -> learner"
+    direction: str  # "actor -> learner": between groups named in ``Explanation.groups``
     name: str
     leaves: tuple[str, ...]
     nbytes: dict[str, int]  # by transfer dtype
+    carried: bool = False  # for the next iteration (parameters), rather than within this one
 
 
 @dataclasses.dataclass
 class Explanation:
     """The fragment graph, the placement, the collectives, the transfers between device
     groups (``transfer_dtype`` the one this program uses) and the cost of one iteration.
-    Under a policy with several device groups, ``groups`` describes each (``"actor"``,
-    ``"learner"``): its devices and its program's collectives."""
+    Under a policy with several device groups, ``groups`` describes each by name: its
+    devices and its program's collectives; ``role_groups`` names the group of each
+    fragment role that has its own, the others running on the last group."""
 
     graph: FragmentGraph
     placement: str
@@ -38,6 +39,11 @@ class Explanation:
     transfers: list[Transfer] = dataclasses.field(default_factory=list)
     transfer_dtype: str = "float32"
     groups: dict[str, str] = dataclasses.field(default_factory=dict)
+    role_groups: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def group_of(self, role: str) -> str | None:
+        """The device group that runs fragments of ``role`` (None with one group)."""
+        return self.role_groups.get(role, list(self.groups)[-1]) if self.groups else None
 
     def draw(self, path: str | Path) -> Path:
         """The fragment graph as a picture (or DOT source, or text) at ``path``: see ``drawing``."""
@@ -55,13 +61,14 @@ class Explanation:
         if not self.collectives:
             lines.append("  none")
         if self.transfers:
+            dtypes = list(self.transfers[0].nbytes)
             lines.append(f"transfers between device groups per iteration (this program: {self.transfer_dtype}):")
-            lines.append(f"  {'direction':<18} {'value':<26}" + "".join(f"{d:>12}" for d in TRANSFER_DTYPES))
+            lines.append(f"  {'direction':<18} {'value':<26}" + "".join(f"{d:>12}" for d in dtypes))
             for t in self.transfers:
                 lines.append(f"  {t.direction:<18} {t.name:<26}"
-                             + "".join(f"{format_bytes(t.nbytes[d]):>12}" for d in TRANSFER_DTYPES))
+                             + "".join(f"{format_bytes(t.nbytes[d]):>12}" for d in dtypes))
             lines.append(f"  {'total':<45}" + "".join(f"{format_bytes(self.transfer_bytes(d)):>12}"
-                                                       for d in TRANSFER_DTYPES))
+                                                       for d in dtypes))
         lines.append("cost per iteration:")
         lines += [f"  {k:<38} {v:.4g}" for k, v in self.cost.items()]
         lines += [f"  {k:<38} {format_bytes(v)}" for k, v in self.memory.items()]

@@ -40,6 +40,19 @@ class Fragment:
     environment batch; every other value is replicated (parameters, keys,
     hyperparameters). Results are named by ``outputs`` (positions of a returned
     tuple) or by the keys of a returned dict.
+
+    Made by ``fragment``, not directly. Calling it calls ``fn`` as a named ``jax.jit``
+    under the current lowering of the primitives, keeping the declared batched values
+    split at its boundary. Used as a method (declared in a class body), it binds the
+    instance as the first argument.
+
+    Attributes:
+        fn: The function.
+        role: Its role (``"actor"``, ``"learner"``, ``"buffer"``, ...).
+        batched: Argument and result names -> the axis of the environment batch.
+        outputs: The names of the results of a function that returns a tuple.
+        jit_name: The traced node's name: ``node_name``, made unique among fragments
+            if need be.
     """
 
     fn: Callable[..., Any]
@@ -50,10 +63,12 @@ class Fragment:
 
     @property
     def name(self) -> str:
+        """The function's name."""
         return self.fn.__name__
 
     @property
     def node_name(self) -> str:
+        """``"<role>.<function name>"``: its name in graphs and messages."""
         return node_name(self.role, self.fn)
 
     @functools.cached_property
@@ -96,9 +111,11 @@ class Fragment:
         return self if instance is None else functools.partial(self, instance)
 
     def output_name(self, index: int) -> str:
+        """The name of result ``index`` of a returned tuple (``"out<index>"`` where ``outputs`` names none)."""
         return self.outputs[index] if index < len(self.outputs) else f"out{index}"
 
     def batch_axis(self, name: str) -> int | None:
+        """The environment-batch axis of argument or result ``name``; ``None`` if replicated."""
         return self.batched.get(name)
 
 
@@ -113,6 +130,22 @@ def fragment(
     ``batched`` names the arguments and results that carry the environment batch,
     on axis 0, or maps each name to its axis; ``outputs`` names the results of a
     function that returns a tuple.
+
+    Args:
+        role: The fragment's role, an identifier (``"actor"``, ``"learner"``,
+            ``"buffer"``, ``"evaluator"``, ...). Policies place fragments by role.
+        batched: The names of arguments and results that carry the environment batch
+            on axis 0, or a mapping from each such name to its axis (``{"traj": 1}``
+            for a time-major trajectory). Every other value is replicated.
+        outputs: The names of the results, in order, where the function returns a
+            tuple (a function returning a dict is named by its keys).
+
+    Returns:
+        A decorator that turns the function (or method) into a ``Fragment``.
+
+    Raises:
+        ValueError: If ``role`` is not an identifier, or ``outputs`` is given and
+            ``batched`` names something that is neither an argument nor an output.
     """
     if not (isinstance(role, str) and role.isidentifier()):
         raise ValueError(f"fragment role must be an identifier such as 'actor' or 'learner', got {role!r}")

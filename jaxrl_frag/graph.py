@@ -46,12 +46,15 @@ def _nbytes(aval: Any) -> int:
 
 
 def describe_aval(aval: Any) -> str:
+    """An abstract value as ``dtype[shape]``, e.g. ``float32[128,4]``."""
     return f"{np.dtype(aval.dtype).name}[{','.join(map(str, aval.shape))}]"
 
 
 @dataclasses.dataclass(frozen=True)
 class Node:
-    """One fragment call."""
+    """One fragment call: its traced name (``"<role>.<function name>"``), role, input and
+    output names, the declared batch axes of its arguments and results, and its FLOPs
+    per call."""
 
     name: str
     role: str
@@ -63,7 +66,11 @@ class Node:
 
 @dataclasses.dataclass
 class Edge:
-    """Data from ``src.src_port`` to ``dst.dst_port``, once per iteration."""
+    """Data from ``src.src_port`` to ``dst.dst_port``, once per iteration: the leaves'
+    ``dtype[shape]``, their bytes, and the axis that carries the environment batch
+    (``None``: replicated). From an argument of the step, ``src`` is its name
+    (``"state"``, ``"algorithm"``); into its results, ``dst`` is ``"state"`` or
+    ``"metrics"``."""
 
     src: str
     src_port: str
@@ -75,6 +82,8 @@ class Edge:
 
     @property
     def label(self) -> str:
+        """``"src.port -> dst.port"``."""
+
         def end(name: str, port: str) -> str:
             return f"{name}.{port}" if port else name
 
@@ -93,7 +102,16 @@ class FragmentGraph:
 
     @classmethod
     def from_jaxpr(cls, closed: Any) -> FragmentGraph:
-        """The graph of a traced step, ``jax.make_jaxpr(step)(algorithm, state)``."""
+        """The graph of a traced step, ``jax.make_jaxpr(step)(algorithm, state)``.
+
+        Args:
+            closed: The closed jaxpr of one step, traced with the argument names
+                ``algorithm`` and ``state`` (the names label the edges).
+
+        Returns:
+            The fragments in execution order, the data between them with its bytes, and
+            which fragments each output of the step comes from.
+        """
         jaxpr = closed.jaxpr
         sources: dict[Any, set[tuple[str, str]]] = {}
         for v, path in zip(jaxpr.invars, jaxpr.debug_info.safe_arg_names(len(jaxpr.invars)), strict=True):
@@ -157,11 +175,19 @@ class FragmentGraph:
 
     def first_producer(self, outputs: list[str]) -> str | None:
         """The first fragment, in execution order, that produces one of the step's
-        ``outputs`` (``"state.params"``, ``"metrics.loss"``), if any does."""
+        ``outputs`` (``"state.params"``, ``"metrics.loss"``), if any does.
+
+        Args:
+            outputs: Outputs of the step, as ``"state.<field>"`` or ``"metrics.<name>"``.
+
+        Returns:
+            The fragment's node name (``"learner.update"``), or ``None``.
+        """
         makers = set().union(*(self.producers.get(o, set()) for o in outputs))
         return next((n.name for n in self.nodes if n.name in makers), None)
 
     def edges_between(self, src_role: str, dst_role: str) -> list[Edge]:
+        """The edges from fragments of role ``src_role`` to fragments of role ``dst_role``."""
         roles = {n.name: n.role for n in self.nodes}
         return [e for e in self.edges if roles.get(e.src) == src_role and roles.get(e.dst) == dst_role]
 
@@ -215,6 +241,7 @@ def fragment_calls(jaxpr: Any) -> Iterator[tuple[Any, Fragment | None]]:
 
 
 def format_bytes(n: float) -> str:
+    """``n`` bytes in B, KiB, MiB or GiB, e.g. ``"1.5 MiB"``."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -17,15 +17,29 @@ Metrics = dict[str, jax.Array]
 
 
 def is_summed(name: str) -> bool:
+    """Whether metric ``name`` is summed over a chunk (it ends in ``_sum`` or ``_count``)."""
     return name.endswith(("_sum", "_count"))
 
 
 def is_running_total(name: str) -> bool:
+    """Whether metric ``name`` is a running total, whose last value a chunk keeps (it ends in ``_total``)."""
     return name.endswith("_total")
 
 
 def episode_metrics(done: jax.Array, episode_return: jax.Array, episode_length: jax.Array) -> Metrics:
-    """Count, return sum and length sum of the episodes that ended where ``done``."""
+    """Count, return sum and length sum of the episodes that ended where ``done``.
+
+    Args:
+        done: Where an episode ended, any shape (``[T, N]`` for a rollout).
+        episode_return: The return of the episode so far, shaped like ``done``
+            (``EpisodeStatistics`` reports it in ``info``).
+        episode_length: Its length so far, shaped like ``done``.
+
+    Returns:
+        ``episode_count``, ``episode_return_sum`` and ``episode_length_sum``: summed
+        over a chunk, and turned into the means ``episode_return`` and
+        ``episode_length`` by ``finalize``.
+    """
     done = done.astype(jnp.float32)
     return {
         "episode_count": done.sum(),
@@ -36,19 +50,43 @@ def episode_metrics(done: jax.Array, episode_return: jax.Array, episode_length: 
 
 def accumulate(total: Metrics, new: Metrics) -> Metrics:
     """Running chunk totals: running totals are replaced, every other metric is summed;
-    ``reduce`` divides the averaged ones."""
+    ``reduce`` divides the averaged ones.
+
+    Args:
+        total: The chunk's totals so far (float32 scalars, or ``[members]`` in a population).
+        new: One iteration's metrics, with the same names.
+
+    Returns:
+        The totals with ``new`` taken in.
+    """
     return {k: new[k].astype(jnp.float32) if is_running_total(k) else total[k] + new[k].astype(jnp.float32)
             for k in total}
 
 
 def reduce(total: Metrics, iterations: jax.Array) -> Metrics:
-    """Chunk totals to chunk metrics: sums and running totals stay, the rest become means."""
+    """Chunk totals to chunk metrics: sums and running totals stay, the rest become means.
+
+    Args:
+        total: The chunk's totals, as ``accumulate`` left them.
+        iterations: The iterations the chunk ran.
+
+    Returns:
+        The chunk's row of metrics, still on the device.
+    """
     return {k: v if is_summed(k) or is_running_total(k) else v / iterations for k, v in total.items()}
 
 
 def finalize(row: dict[str, np.ndarray]) -> dict[str, float | np.ndarray]:
     """Host side: ``episode_return`` and ``episode_length`` from their sums (NaN without
-    episodes). Scalars become floats; a population's per-member values stay arrays."""
+    episodes). Scalars become floats; a population's per-member values stay arrays.
+
+    Args:
+        row: A chunk's metrics as fetched from the device.
+
+    Returns:
+        The row as ``History`` holds it: ``episode_return``, ``episode_length`` and
+        ``episode_count`` first, then the other metrics by name.
+    """
     out = {k: np.asarray(v, np.float64) for k, v in row.items()}
     count = out.get("episode_count")
     if count is not None:

@@ -4,29 +4,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
-from jaxrl_frag import costs, tracing
 from jaxrl_frag import metrics as metrics_lib
 from jaxrl_frag.algorithms import Algorithm, plain
 from jaxrl_frag.checkpoints import Checkpoint, Checkpoints, changed_settings, check_settings, damaged_directory
-from jaxrl_frag.collectives import audit
-from jaxrl_frag.envs.host_env import worker_failure
+from jaxrl_frag.chunking import Chunk
 from jaxrl_frag.errors import NonFiniteError, check
 from jaxrl_frag.explanation import Explanation
 from jaxrl_frag.graph import FragmentGraph
-from jaxrl_frag.pipeline import ActorLearnerExecutor
-from jaxrl_frag.sharding import ActorLearner, Policy, SingleDevice
-from jaxrl_frag.transforms import Chunk, run_iterations
+from jaxrl_frag.policy import Executor, Policy, SingleDevice
 
 PyTree = Any
 Row = dict[str, float]
@@ -48,6 +43,7 @@ class History:
 
     @property
     def final(self) -> Row:
+        """The last row (empty before any)."""
         return self.rows[-1] if self.rows else {}
 
     def last(self, name: str) -> float | np.ndarray:
@@ -84,8 +80,7 @@ class Program:
         self.seconds_per_call = seconds_per_call
         self.check_finite = check_finite
         t0 = time.perf_counter()
-        build = ActorLearnerExecutor if isinstance(policy, ActorLearner) else SpmdExecutor
-        self._executor: Executor = build(algorithm, policy, self.max_rows_per_call, check_finite)
+        self._executor: Executor = policy.executor(algorithm, self.max_rows_per_call, check_finite)
         self.compile_seconds = time.perf_counter() - t0
 
     def init(self, key: jax.Array) -> PyTree:
@@ -129,9 +124,9 @@ class Program:
         stopped half-way (so a run resumed from it writes the same rows).
         Raises ``NonFiniteError`` at the first iteration whose state or metrics hold a
         NaN or an infinity (with ``check_finite``), after the rows and checkpoints
-        before it, and ``EnvWorkerError`` (after them too) if a host environment's worker
-        fails. A run started from a checkpoint starts its host environments afresh
-        (``Algorithm.resumed``).
+        before it, and the algorithm's own ``failure`` (after them too) where something
+        outside the program made a call fail (a host environment's worker, say). A run
+        started from a checkpoint continues from ``Algorithm.resumed`` of its state.
         """
         iterations = self.algorithm.num_iterations if iterations is None else iterations
         check(iterations is not None and iterations > 0, "iterations", iterations,
@@ -141,7 +136,7 @@ class Program:
             check_settings(every, checkpoints.keep, self.chunk_iterations)
         resumed = isinstance(start, Checkpoint)
         done = start.iteration if resumed else 0
-        with _worker_failures_raised(checkpoints):
+        with _outside_failures_raised(self.algorithm, checkpoints):
             state = self._executor.resumed(start.state) if resumed else (self.init(start) if _is_key(start) else start)
         check(done <= iterations, "iterations", iterations,
               f"the run is already at iteration {done}; give a larger total to continue it")
@@ -158,7 +153,7 @@ class Program:
             # no more chunks completed in one call than it has rows for
             n = max(1, min(per_call, until - done, (done // k + self.max_rows_per_call) * k - done))
             start_time = time.perf_counter()
-            with _worker_failures_raised(checkpoints):
+            with _outside_failures_raised(self.algorithm, checkpoints):
                 state, chunk, call_rows, num_rows, ran, flags = self._executor.call(state, chunk, n, k, done % k)
                 chunk, call_rows, num_rows, ran, flags = jax.device_get((chunk, call_rows, num_rows, ran, flags))
             seconds = time.perf_counter() - start_time
@@ -245,83 +240,6 @@ class Program:
         return self._executor.explain({"program": self.compile_seconds})
 
 
-class Executor(Protocol):
-    """How a ``Program`` runs under its policy: compiled programs, the state's layout."""
-
-    state_shape: PyTree
-    state_sharding: PyTree
-
-    def init(self, key: np.ndarray) -> PyTree: ...
-
-    def call(self, state: PyTree, chunk: Chunk, iterations: int, k: int, offset: int) -> tuple[
-            PyTree, Chunk, dict[str, Any], Any, Any, dict[str, Any]]:
-        """Up to ``iterations`` iterations from ``state``, continuing ``chunk`` (as
-        ``transforms.run_iterations``): the state, the chunk in progress, each metric's
-        rows of the chunks completed, their count, the iterations run and the finite
-        flags of the last."""
-        ...
-
-    def trace_step(self) -> Any: ...
-
-    def algorithm_state(self, state: PyTree) -> PyTree: ...
-
-    def resumed(self, state: PyTree) -> PyTree:
-        """A restored state with ``Algorithm.resumed`` applied to the algorithm's part, placed."""
-        ...
-
-    def explain(self, compile_seconds: dict[str, float]) -> Explanation: ...
-
-
-class SpmdExecutor:
-    """One program over the policy's whole mesh: ``run_iterations`` partitioned by ``jax.jit``
-    with the policy's shardings (``SingleDevice``, ``DataParallel``, ``Population``)."""
-
-    def __init__(self, algorithm: Algorithm, policy: Policy, max_rows: int, check_finite: bool):
-        self.algorithm, self.policy = algorithm, policy
-        key = jax.ShapeDtypeStruct((2,), jnp.uint32)
-        count = jax.ShapeDtypeStruct((), jnp.int32)
-        rule = policy.lowering()
-        self._step_fn = tracing.under(rule, tracing.step)
-        self.state_shape = jax.eval_shape(tracing.init, algorithm, key)
-        self._replicated, self.state_sharding = policy.shardings(
-            self.state_shape, lambda: tracing.batch_axes(self.trace_step()))
-        rep, state = self._replicated, self.state_sharding
-        call = tracing.under(rule, functools.partial(run_iterations, max_rows=max_rows, check_finite=check_finite))
-        self._init = jax.jit(tracing.under(rule, tracing.init), in_shardings=(rep, rep),
-                             out_shardings=state).lower(algorithm, key).compile()
-        self._call = jax.jit(call, in_shardings=(rep, state, rep, rep, rep, rep),
-                             out_shardings=(state, rep, rep, rep, rep, rep), donate_argnums=(1,)).lower(
-            algorithm, self.state_shape, Chunk.empty(algorithm, self.state_shape), count, count, count).compile()
-
-    def init(self, key: np.ndarray) -> PyTree:
-        return self._init(self.algorithm, key)
-
-    def call(self, state: PyTree, chunk: Chunk, iterations: int, k: int, offset: int) -> tuple[
-            PyTree, Chunk, dict[str, Any], Any, Any, dict[str, Any]]:
-        return self._call(self.algorithm, state, chunk, np.int32(iterations), np.int32(k), np.int32(offset))
-
-    def trace_step(self) -> Any:
-        return jax.make_jaxpr(self._step_fn)(self.algorithm, self.state_shape)
-
-    def algorithm_state(self, state: PyTree) -> PyTree:
-        return state
-
-    def resumed(self, state: PyTree) -> PyTree:
-        return jax.device_put(self.algorithm.resumed(state), self.state_sharding)
-
-    def explain(self, compile_seconds: dict[str, float]) -> Explanation:
-        """Compiles the single step once more, for XLA's per-iteration figures."""
-        traced = self.trace_step()
-        t0 = time.perf_counter()
-        rep, state = self._replicated, self.state_sharding
-        step = jax.jit(self._step_fn, in_shardings=(rep, state), out_shardings=(state, rep))
-        step = step.lower(self.algorithm, self.state_shape).compile()
-        step_seconds = time.perf_counter() - t0
-        return Explanation(FragmentGraph.from_jaxpr(traced), self.policy.describe(), audit(step.as_text()),
-                           {"flops": float(costs.flops(traced)), **costs.xla_cost(step)}, costs.xla_memory(step),
-                           {**compile_seconds, "single step": step_seconds})
-
-
 def compile(  # noqa: A001
     algorithm: Algorithm,
     policy: Policy | None = None,
@@ -366,13 +284,14 @@ def _on_any_process(flag: bool) -> bool:
 
 
 @contextlib.contextmanager
-def _worker_failures_raised(checkpoints: Checkpoints | None) -> Iterator[None]:
-    """A host environment worker's failure, which XLA reports as a runtime error of the
-    program, raised as the ``EnvWorkerError`` it is, once the checkpoints are written."""
+def _outside_failures_raised(algorithm: Algorithm, checkpoints: Checkpoints | None) -> Iterator[None]:
+    """A failure outside the program (``Algorithm.failure``: a host environment's worker,
+    say), which XLA reports as a runtime error of the program, raised as itself once the
+    checkpoints are written."""
     try:
         yield
     except jax.errors.JaxRuntimeError as error:
-        failure = worker_failure()
+        failure = algorithm.failure()
         if failure is None:
             raise
         if checkpoints is not None:

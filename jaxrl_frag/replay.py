@@ -55,14 +55,17 @@ class Replay:
 
     @property
     def rows(self) -> int:
+        """Capacity in rows."""
         return jax.tree.leaves(self.items)[0].shape[0]
 
     @property
     def envs(self) -> int:
+        """Environments per row."""
         return jax.tree.leaves(self.items)[0].shape[1]
 
     @property
     def prioritized(self) -> bool:
+        """Whether it keeps priorities (a sum tree)."""
         return bool(self.tree)
 
     @property
@@ -89,7 +92,22 @@ class Sample(NamedTuple):
 
 def create(example: PyTree, rows: int, window: int = 1, prioritized: bool = False) -> Replay:
     """An empty buffer of ``rows`` rows shaped like ``example`` (one step of every
-    environment: leaves ``[envs, ...]``), sampled in windows of ``window`` steps."""
+    environment: leaves ``[envs, ...]``), sampled in windows of ``window`` steps.
+
+    Args:
+        example: One step of every environment (leaves ``[envs, ...]``); only its
+            shapes and dtypes are used.
+        rows: Capacity in rows (steps of every environment).
+        window: Consecutive steps of one environment per sampled item (``n`` for
+            n-step returns); at most ``rows``.
+        prioritized: Keep a sum tree of priorities for proportional sampling.
+
+    Returns:
+        The empty buffer, leaves ``[rows, envs, ...]``.
+
+    Raises:
+        ValueError: If ``window`` is not between 1 and ``rows``.
+    """
     if not 1 <= window <= rows:
         raise ValueError(f"a replay buffer of {rows} rows cannot hold windows of {window} steps")
     items = jax.tree.map(lambda x: jnp.zeros((rows, *jnp.shape(x)), jnp.result_type(x)), example)
@@ -103,7 +121,19 @@ def create(example: PyTree, rows: int, window: int = 1, prioritized: bool = Fals
 def add(buffer: Replay, batch: PyTree) -> Replay:
     """``buffer`` with ``batch`` (leaves ``[steps, envs, ...]``) written as its next
     rows, overwriting the oldest once full. Prioritized: the windows completed by
-    these rows get the largest priority seen, those not yet complete none."""
+    these rows get the largest priority seen, those not yet complete none.
+
+    Args:
+        buffer: The buffer to write to.
+        batch: Time-major steps, leaves ``[steps, envs, ...]`` with ``steps`` at most
+            the buffer's rows.
+
+    Returns:
+        The new buffer (the old one is unchanged: pure function).
+
+    Raises:
+        ValueError: If ``batch`` has more steps than the buffer has rows.
+    """
     steps = jax.tree.leaves(batch)[0].shape[0]
     if steps > buffer.rows:
         raise ValueError(f"cannot add {steps} rows at once to a buffer of {buffer.rows} rows")
@@ -122,7 +152,22 @@ def add(buffer: Replay, batch: PyTree) -> Replay:
 def sample(buffer: Replay, key: jax.Array, count: int, beta: jax.Array | float = 0.0) -> Sample:
     """``count`` windows drawn with replacement: uniformly, or, from a prioritized
     buffer, in proportion to priority with importance weights of exponent ``beta``.
-    Draws are spread as the policy's ``shuffle`` says (module docstring)."""
+    Draws are spread as the policy's ``shuffle`` says (module docstring).
+
+    Args:
+        buffer: The buffer to draw from; only windows already written are drawn.
+        key: PRNG key.
+        count: Windows to draw; with ``local`` sampling, a multiple of the devices the
+            environments are split over.
+        beta: Importance-weight exponent (prioritized buffers only).
+
+    Returns:
+        A ``Sample``: the windows (leaves ``[count, window, ...]``), their start rows
+        and environments, and their importance weights.
+
+    Raises:
+        ConfigError: If the environments or ``count`` do not divide across the devices.
+    """
     rule = primitives.current()
     shards = rule.local_shards
     for what, size in (("number of environments", buffer.envs), ("sample batch", count)):
@@ -153,7 +198,18 @@ def sample(buffer: Replay, key: jax.Array, count: int, beta: jax.Array | float =
 
 
 def update_priorities(buffer: Replay, drawn: Sample, priorities: jax.Array, alpha: jax.Array | float) -> Replay:
-    """``buffer`` with the windows of ``drawn`` given priorities ``priorities ** alpha``."""
+    """``buffer`` with the windows of ``drawn`` given priorities ``priorities ** alpha``.
+
+    Args:
+        buffer: A prioritized buffer.
+        drawn: What ``sample`` drew from it.
+        priorities: One new priority per drawn window, ``[count]`` (typically the
+            absolute TD error, plus a small constant so none is zero).
+        alpha: Prioritization exponent (0: uniform).
+
+    Returns:
+        The buffer with the new priorities, and its largest priority seen updated.
+    """
     scaled = jnp.asarray(priorities, jnp.float32) ** alpha
     shards = primitives.current().local_shards
     leaves = buffer.tree[0]

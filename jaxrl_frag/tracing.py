@@ -10,7 +10,8 @@ import jax
 
 from jaxrl_frag import primitives
 from jaxrl_frag.algorithms import Algorithm
-from jaxrl_frag.graph import FragmentGraph
+from jaxrl_frag.errors import ConfigError
+from jaxrl_frag.graph import STATE, FragmentGraph
 from jaxrl_frag.metrics import Metrics
 
 PyTree = Any
@@ -39,6 +40,19 @@ def under(rule: primitives.Lowering, fn: Callable[..., Any]) -> Callable[..., An
 
 def batch_axes(traced_step: Any) -> dict[str, int]:
     """The state fields that fragments declare environment-batched, with their axes,
-    from the jaxpr of a step."""
+    from the jaxpr of a step.
+
+    Raises ``ConfigError`` for a field that a fragment writes environment-batched but no
+    fragment reads as batched: a policy that splits the batch would keep it whole on
+    every device (every device stepping every environment) while the rest is split.
+    """
     graph = FragmentGraph.from_jaxpr(traced_step)
-    return {e.src_port: e.batch_axis for e in graph.edges if e.src == "state" and e.batch_axis is not None}
+    axes = {e.src_port: e.batch_axis for e in graph.edges if e.src == STATE and e.batch_axis is not None}
+    for e in graph.edges:
+        if e.dst == STATE and e.batch_axis is not None and e.dst_port not in axes:
+            raise ConfigError(
+                f"state.{e.dst_port}", e.src, f"is written environment-batched (axis {e.batch_axis} of its output "
+                f"{e.src_port!r}) but no fragment reads it as batched, so a policy that splits the batch would keep "
+                f"it whole on every device: declare it in the batched= of the fragment that reads it, e.g. "
+                f"@fragment(..., batched={{{e.dst_port!r}: {e.batch_axis}}})")
+    return axes

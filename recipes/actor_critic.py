@@ -175,16 +175,47 @@ class ActorCriticRecipe(Recipe):
     def learn(self, params: PyTree, opt_state: PyTree, traj: Transition, last_obs: jax.Array,
               key: jax.Array) -> tuple[PyTree, PyTree, Metrics]:
         """The learner fragment: new parameters and optimizer state from a rollout, by
-        ``descend`` on its ``samples``."""
+        ``descend`` on its ``samples``. A subclass declares its own with
+        ``@fragment("learner", ...)``.
+
+        Args:
+            params: The network parameters the rollout was acted with.
+            opt_state: The optimizer state.
+            traj: The rollout, time-major ``[T, N, ...]``.
+            last_obs: ``[N, ...]``, the observations after the rollout's last step.
+            key: PRNG key (minibatch shuffling).
+
+        Returns:
+            ``(params, opt_state, metrics)`` after the updates.
+        """
         raise NotImplementedError
 
     def samples(self, params: PyTree, traj: Transition, last_obs: jax.Array) -> PyTree:
         """The batch that ``learn`` cuts into minibatches for ``loss``, from a rollout
-        (leading axis: samples)."""
+        (leading axis: samples).
+
+        Args:
+            params: The network parameters (to compute values for advantages).
+            traj: The rollout, time-major ``[T, N, ...]``.
+            last_obs: ``[N, ...]``, the observations after the rollout's last step.
+
+        Returns:
+            A pytree whose leaves share a leading sample axis; ``loss`` receives a
+            minibatch of it as positional arguments.
+        """
         raise NotImplementedError
 
     def loss(self, params: PyTree, *minibatch: Any) -> tuple[jax.Array, Metrics]:
-        """The loss ``descend`` minimises, and its metrics, on one minibatch."""
+        """The loss ``descend`` minimises, and its metrics, on one minibatch.
+
+        Args:
+            params: The parameters being differentiated.
+            *minibatch: One minibatch of ``samples``' leaves, in order.
+
+        Returns:
+            ``(loss, metrics)``: a scalar, and scalar metrics (averaged over the
+            updates of an iteration).
+        """
         raise NotImplementedError
 
     def gae_samples(self, params: PyTree, traj: Transition, last_obs: jax.Array,

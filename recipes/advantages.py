@@ -23,6 +23,20 @@ def gae(
     the rollout. Within an episode the target bootstraps from the next value; on a
     time-limit truncation from ``final_values`` (the episode could have gone on);
     on a termination from nothing. The advantage recursion stops at either.
+
+    Args:
+        rewards: ``[T, N]`` rewards.
+        values: ``[T, N]``, V of the observation acted on at each step.
+        terminated: ``[T, N]``, where an episode terminated.
+        truncated: ``[T, N]``, where an episode was cut by a time limit.
+        final_values: ``[T, N]``, V of the observation that ended the episode (read
+            where ``truncated``).
+        last_value: ``[N]``, V of the observation after the last step.
+        gamma: Discount.
+        lam: GAE lambda.
+
+    Returns:
+        ``(advantages, targets)``, each ``[T, N]``; ``targets = advantages + values``.
     """
     done = (terminated | truncated).astype(values.dtype)
     bootstrap = jnp.where(truncated & ~terminated, final_values, 0.0)
@@ -69,6 +83,21 @@ def vtrace(
     where ``v'_{s+1}`` is ``v_{s+1}`` within the episode and ``next_values_s`` at its end
     or after the last step. On-policy (``log_rhos = 0``, ``lam = rho_bar = c_bar = 1``)
     ``v_s`` is the n-step bootstrapped return. Gradients do not flow through the results.
+
+    Args:
+        log_rhos: ``[T, N]``, log importance ratios ``log pi - log mu`` of the actions taken.
+        rewards: ``[T, N]`` rewards.
+        values: ``[T, N]``, V of the observation acted on.
+        next_values: ``[T, N]``, V of the observation after each step.
+        discounts: ``[T, N]``, gamma, or 0 where the episode terminated.
+        continues: ``[T, N]``, 0 where an episode ended, 1 elsewhere.
+        lam: Trace-cutting lambda.
+        rho_bar: Clip of the importance ratios in the temporal differences.
+        c_bar: Clip of the importance ratios in the trace.
+
+    Returns:
+        ``(vs, advantages)``, each ``[T, N]``: the value targets and the policy-gradient
+        advantages, both with gradients stopped.
     """
     ratios = jnp.exp(log_rhos)
     rhos = jnp.minimum(rho_bar, ratios)
@@ -96,7 +125,17 @@ def n_step_return(
     """The n-step return of windows ``[B, n]`` of consecutive steps, cut at the first
     step that ends an episode: the discounted reward sum, the discount of the bootstrap
     value (``gamma ** m``, or 0 after a termination) and the index of the step whose
-    next observation the value bootstraps from (``m - 1``, ``m`` the steps counted)."""
+    next observation the value bootstraps from (``m - 1``, ``m`` the steps counted).
+
+    Args:
+        rewards: ``[B, n]`` rewards of each window.
+        terminated: ``[B, n]``, where an episode terminated.
+        truncated: ``[B, n]``, where an episode was cut by a time limit.
+        gamma: Discount.
+
+    Returns:
+        ``(returns, discount, last)``, each ``[B]``.
+    """
     n = rewards.shape[1]
     done = (terminated | truncated).astype(rewards.dtype)
     # counted[k]: no episode ended before step k of the window

@@ -106,13 +106,35 @@ class OffPolicyRecipe(Recipe):
 
     def act(self, policy: PyTree, obs: jax.Array, key: jax.Array, steps: jax.Array) -> tuple[jax.Array, jax.Array]:
         """The behaviour policy's actions, to record and to send to the environment,
-        ``steps`` environment steps into the run."""
+        ``steps`` environment steps into the run.
+
+        Args:
+            policy: The parameters the actor acts with.
+            obs: ``[N, ...]`` observations.
+            key: PRNG key (exploration).
+            steps: Environment steps taken so far (for exploration schedules).
+
+        Returns:
+            ``(action, env_action)``: the action stored in the replay buffer, and the
+            one sent to the environment (the same one in DQN and SAC).
+        """
         raise NotImplementedError
 
     def update(self, policy: PyTree, learner: PyTree, drawn: replay.Sample,
                key: jax.Array) -> tuple[PyTree, PyTree, jax.Array, Metrics]:
         """One gradient step on the windows ``drawn`` (``Steps`` leaves ``[B, window, ...]``):
-        new ``policy`` and ``learner``, each window's new priority, metrics."""
+        new ``policy`` and ``learner``, each window's new priority, metrics.
+
+        Args:
+            policy: The parameters the actor acts with.
+            learner: What the learner keeps besides them (critics, targets, optimizer states).
+            drawn: The sampled windows, with their importance weights (``drawn.weight``).
+            key: PRNG key.
+
+        Returns:
+            ``(policy, learner, priorities, metrics)``: ``priorities`` is ``[B]`` (used
+            by a prioritized buffer, ignored by a uniform one).
+        """
         raise NotImplementedError
 
     def n_step_targets(self, steps: Steps) -> tuple[jax.Array, jax.Array, jax.Array]:

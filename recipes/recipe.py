@@ -16,7 +16,7 @@ from jaxrl_frag.algorithms import Algorithm, hyperparameter, static_field
 from jaxrl_frag.bounds import EXACT_STEPS, INT32, INT32_MAX, check_count, is_whole
 from jaxrl_frag.errors import ConfigError, check
 
-_RESUMED = 0x7E5  # folded into the state's key for the seeds of host environments started afresh on resume
+_RESUMED = 0x7E5  # folded into the state's key for the seeds of environments started afresh on resume
 
 
 @struct.dataclass
@@ -37,6 +37,8 @@ class Recipe(Algorithm):
                                            "while the policy acts for the next)")
     env_ring: bool = static_field(True, help="host environments: overlap inference and stepping as a ring (off: "
                                              "strict alternation, the same results)")
+
+    action_spaces: ClassVar[tuple[type, ...]] = (envs.Discrete, envs.Box)  # the kinds of action space it acts in
 
     # the settings that must be positive integers, those that must be finite numbers, and those positive
     counts: ClassVar[tuple[str, ...]] = ("num_envs", "num_steps", "total_steps", "env_groups")
@@ -65,6 +67,19 @@ class Recipe(Algorithm):
         return cls(env=batched, **settings)
 
     @classmethod
+    def check_env(cls, env: envs.Env) -> None:
+        """Raise ``ConfigError`` if ``env``'s action space is of a kind this recipe cannot act in."""
+        space = env.action_space
+        if not isinstance(space, cls.action_spaces):
+            kinds = {envs.Discrete: "discrete", envs.Box: "continuous"}
+            supported = " or ".join(kinds[k] for k in cls.action_spaces)
+            raise ConfigError(
+                "env", env.name,
+                f"has {kinds[type(space)]} actions ({space}); {cls.__name__} supports {supported} actions only: "
+                f"choose an environment with {supported} actions or a recipe for {kinds[type(space)]} ones",
+            )
+
+    @classmethod
     def make_env(cls, env_id: str, settings: dict[str, Any]) -> envs.Env:
         """The batched environment the recipe trains on."""
         return envs.make(env_id, num_envs=settings["num_envs"], **cls.host_options(env_id, settings))
@@ -83,13 +98,17 @@ class Recipe(Algorithm):
         return {}
 
     def resumed(self, state: Any) -> Any:
-        """A restored state to continue from: host environments (whose state no checkpoint
-        holds) start afresh, seeded from the state's key (which is left as it was); with
-        JAX environments, ``state`` itself."""
-        if not isinstance(self.env, envs.HostEnv):
+        """A restored state to continue from: ``state`` itself, unless the environments'
+        state is not in it (not ``restorable``): those start afresh, seeded from the
+        state's key (which is left as it was)."""
+        if self.env.capabilities.restorable:
             return state
         env_state, obs = self.env.reset(jax.random.fold_in(state.key, _RESUMED))
         return state.replace(env_state=env_state, obs=obs)
+
+    def failure(self) -> Exception | None:
+        """The environments' failure outside the program, if any."""
+        return self.env.failure()
 
     @classmethod
     def fields(cls) -> dict[str, Any]:

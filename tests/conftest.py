@@ -1,17 +1,51 @@
-"""Shared fixtures: compile each expensive program once per session."""
+"""Shared fixtures: compile each expensive program once per session.
+
+Every program this suite compiles, in this process or in any process it starts (the CLI,
+workers, notebook kernels), goes through JAX's persistent compilation cache, so a program
+that several tests build is compiled once and loaded after that. The cache lives in the
+user's cache directory (``JAXRL_FRAG_CACHE_DIR`` to put it elsewhere); a clean checkout
+starts with it empty, and a program read back from it computes bitwise what a fresh
+compilation does (``test_compilation_cache.py``).
+"""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 # eight CPU devices for the data-parallel tests; set before jax initialises its backend
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-os.environ.setdefault("JAXRL_FRAG_CACHE_DIR", os.path.join(os.environ.get("TMPDIR", "/tmp"), "jaxrl_frag_test_cache"))
+CACHE_DIR = os.environ.setdefault(
+    "JAXRL_FRAG_CACHE_DIR",
+    str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jaxrl_frag" / "test-xla"),
+)
+# the same settings as the CLI's (jaxrl_frag.cli.runtime.enable_compilation_cache), as environment variables so
+# that the processes the tests start inherit them: multi-process workers and notebook kernels set no cache themselves
+os.environ["JAX_COMPILATION_CACHE_DIR"] = CACHE_DIR
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.5"
 
-import jax
-import pytest
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
-import jaxrl_frag as jf
+import jaxrl_frag as jf  # noqa: E402
+
+# jax read the variables above when it was imported; set here as well in case a plugin imported it first
+jax.config.update("jax_compilation_cache_dir", CACHE_DIR)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+# marked here rather than in the module (see the markers in pyproject.toml): modules of real processes throughout,
+# and every test that reads the 5e5-step yardstick run
+SLOW_MODULES = ("test_multiprocess.py", "test_packaging.py")
+# its Atari test alone is a sixth of the suite's work: under pytest-xdist (make test) it starts first, and the
+# other worker runs the rest beside it
+FIRST_MODULES = ("test_host_envs.py",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in SLOW_MODULES or "cartpole_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.path.name not in FIRST_MODULES)  # stable: each module's order kept
 
 
 @pytest.fixture(scope="session")

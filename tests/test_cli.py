@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
+import enum
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
@@ -145,3 +149,167 @@ def test_actor_learner_trains_explains_and_resumes_from_the_command_line(tmp_pat
     status, out, _ = run_cli(capsys, "explain", "impala", "--env", "CartPole-v1", *flags)
     assert status == 0 and "transfers between device groups per iteration (this program: int8)" in out
     assert "learner -> actor   state.params" in out
+
+
+# -- flags generated from dataclass fields --------------------------------------------------------
+
+
+def _flag_parser(cls: type):
+    from jaxrl_frag.cli import flags
+
+    parser = flags.Parser(prog="jaxrl-frag test")
+    hints = flags.type_hints(cls)
+    made = {f.name: flags.field_flag(cls, f, hints) for f in flags.settings_of(cls)}
+    for flag in made.values():
+        flag.add_to(parser)
+    return parser, made
+
+
+class Torso(enum.Enum):
+    MLP = "mlp"
+    CNN = "cnn"
+
+
+HELP = {"help": "a setting"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """One field of every type a flag reads."""
+
+    count: int = dataclasses.field(default=4, metadata=HELP)
+    rate: float = dataclasses.field(default=0.5, metadata=HELP)
+    name: str = dataclasses.field(default="x", metadata=HELP)
+    on: bool = dataclasses.field(default=True, metadata=HELP)
+    widths: tuple[int, ...] = dataclasses.field(default=(64, 64), metadata=HELP)
+    scales: tuple[float, ...] = dataclasses.field(default=(1.0,), metadata=HELP)
+    words: tuple[str, ...] = dataclasses.field(default=("a",), metadata=HELP)
+    bounds: tuple[float, float] = dataclasses.field(default=(-1.0, 1.0), metadata=HELP)
+    mode: Literal["fast", "exact"] = dataclasses.field(default="fast", metadata=HELP)
+    level: Literal[1, 2, 3] = dataclasses.field(default=1, metadata=HELP)
+    torso: Torso = dataclasses.field(default=Torso.MLP, metadata=HELP)
+    clip: float | None = dataclasses.field(default=None, metadata=HELP)
+    limit: int | None = dataclasses.field(default=10, metadata=HELP)
+    style: str = dataclasses.field(default="plain", metadata={**HELP, "choices": ("plain", "fancy"), "flag": "look"})
+    internal: int = 3  # no help: not a flag
+
+
+def test_flags_are_generated_for_every_supported_field_type(capsys: pytest.CaptureFixture[str]) -> None:
+    from jaxrl_frag.cli import flags
+
+    parser, made = _flag_parser(Settings)
+    assert "internal" not in made and made["style"].option == "--look"
+    args = parser.parse_args(["--count", "5e3", "--rate=-1e-3", "--name", "y", "--no-on", "--widths", "32, 16,",
+                              "--scales", "0.5,2", "--words", "p,q", "--bounds=-2,2", "--mode", "exact", "--level", "3",
+                              "--torso", "CNN", "--clip", "0.1", "--limit", "none", "--look", "fancy"])
+    assert (args.count, args.rate, args.name, args.on) == (5000, -1e-3, "y", False)
+    assert (args.widths, args.scales, args.words, args.bounds) == ((32, 16), (0.5, 2.0), ("p", "q"), (-2.0, 2.0))
+    assert (args.mode, args.level, args.torso, args.clip) == ("exact", 3, Torso.CNN, 0.1)
+    assert args.limit is flags.NONE and flags.given(args.limit) is None and args.style == "fancy"
+    assert parser.parse_args(["--torso", "cnn"]).torso is Torso.CNN  # by value too
+    unset = parser.parse_args([])
+    assert all(getattr(unset, name) is None for name in made)  # unset: the dataclass's own defaults apply
+    for name, value in vars(args).items():  # a value saved as JSON reads back as the flag gave it
+        kind = made[name].kind
+        assert kind.load(json.loads(json.dumps(kind.dump(value)))) == value
+    for argv, message in ((["--bounds", "1,2,3"], "'1,2,3' is not 2 comma-separated numbers"),
+                          (["--widths", "64,x"], "'64,x' is not a comma-separated list of whole numbers"),
+                          (["--scales", ""], "'' is not a comma-separated list of numbers"),
+                          (["--mode", "slow"], "invalid choice: 'slow' (choose from 'fast', 'exact')"),
+                          (["--level", "4"], "invalid choice: '4'"),
+                          (["--torso", "rnn"], "invalid choice: 'rnn' (choose from 'MLP', 'CNN')"),
+                          (["--clip", "big"], "--clip: invalid float value: 'big'"),
+                          (["--look", "odd"], "invalid choice: 'odd' (choose from 'plain', 'fancy')")):
+        with pytest.raises(SystemExit) as exit_:
+            parser.parse_args(argv)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert message in err and "usage:" not in err, err
+    for kind, saved in ((made["widths"].kind, ["64"]), (made["mode"].kind, "slow"), (made["torso"].kind, "GRU"),
+                        (made["bounds"].kind, [1.0]), (made["count"].kind, 1.5), (made["on"].kind, 1)):
+        with pytest.raises(ValueError):
+            kind.load(saved)
+    assert made["clip"].kind.load(None) is flags.NONE and made["level"].kind.load(2) == 2
+
+
+def test_a_field_of_a_type_no_flag_reads_is_named() -> None:
+    @dataclasses.dataclass
+    class Odd:
+        table: dict[str, int] = dataclasses.field(default_factory=dict, metadata={"help": "a table"})
+
+    with pytest.raises(TypeError, match=r"Odd\.table cannot be a command-line flag"):
+        _flag_parser(Odd)
+
+
+def test_policy_flags_are_generated_from_the_policies_fields_each_shared_flag_once(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from jaxrl_frag.cli import flags, policies
+    from jaxrl_frag.sharding import POLICIES
+
+    generated = {p.flag.option: p for p in policies.policy_flags()}
+    declared = {flags.option_of(f) for cls in POLICIES.values() for f in flags.settings_of(cls)}
+    assert set(generated) == declared == {"--devices", "--shuffle", "--actor-devices", "--learner-devices",
+                                          "--staleness", "--transfer-dtype"}
+    assert generated["--devices"].fields == {"data-parallel": "devices", "population": "pop"}
+    assert set(generated["--shuffle"].fields) == {"data-parallel", "population", "actor-learner"}
+    with pytest.raises(SystemExit):
+        main(["train", "ppo", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count("--shuffle {local,exact}") == 2  # the usage line and the help, once each
+    assert "--devices DEVICES devices per process (on CPU, forces that many host devices); data-parallel:" in out
+    assert "population: devices to split the members over" in out
+    assert "actor-learner: devices of the actor group (default 1)" in out
+    assert "--transfer-dtype {float32,bfloat16,int8}" in out and "(default float32)" in out
+
+
+def test_a_population_policy_takes_its_device_count_from_devices() -> None:
+    import argparse
+
+    from jaxrl_frag.cli import policies
+
+    args = argparse.Namespace(policy="population", devices=2, shuffle="exact", seeds=2, sweep=[], actor_devices=1,
+                              learner_devices=1, staleness=1, transfer_dtype="float32")
+    policy = policies.make_policy(args)
+    assert type(policy).__name__ == "PopulationParallel" and policy.mesh.shape["pop"] == 2 and policy.shuffle == "exact"
+    assert policies.cpu_devices(args) == 2
+    assert policies.cpu_devices(argparse.Namespace(**{**vars(args), "devices": None, "policy": "actor-learner",
+                                                      "actor_devices": 3, "learner_devices": 2})) == 5
+
+
+# -- forcing CPU devices after jax started ---------------------------------------------------------
+
+STARTED_BY_AN_IMPORT = """
+import sys
+from jaxrl_frag.cli import main
+import starter
+sys.exit(main(["explain", "ppo", "--env", "CartPole-v1", "--devices", "4"]))
+"""
+STARTED_BEFORE_THE_CLI = """
+import sys
+import jax
+jax.devices()
+from jaxrl_frag.cli import main
+sys.exit(main(["explain", "ppo", "--env", "CartPole-v1", "--policy", "actor-learner", "--actor-devices", "2"]))
+"""
+
+
+@pytest.mark.parametrize(("script", "expected"), [
+    (STARTED_BY_AN_IMPORT, ["devices=4: --devices needs 4 CPU devices, but the CPU backend is already running with 1",
+                            "started by importing starter (its first jax operation: starter.py:3)",
+                            "set XLA_FLAGS=--xla_force_host_platform_device_count=4 before importing starter"]),
+    (STARTED_BEFORE_THE_CLI, ["devices=3: --actor-devices + --learner-devices need 3 CPU devices, but the CPU "
+                              "backend is already running with 1",
+                              "started by something this process ran before it imported jaxrl_frag.cli",
+                              "set XLA_FLAGS=--xla_force_host_platform_device_count=3 before importing jax"]),
+], ids=["by an import", "before the command line was imported"])
+def test_devices_after_jax_started_names_what_started_it_and_the_remedy(tmp_path: Path, script: str,
+                                                                       expected: list[str]) -> None:
+    (tmp_path / "starter.py").write_text("import jax\n\nZERO = jax.numpy.zeros(1)  # starts jax's backend\n")
+    (tmp_path / "script.py").write_text(script)
+    env = {**os.environ, "XLA_FLAGS": ""}  # one CPU device
+    proc = subprocess.run([sys.executable, "script.py"], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    for text in expected:
+        assert text in proc.stderr, proc.stderr

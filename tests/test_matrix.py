@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import jaxrl_frag as jf
-from jaxrl_frag.sharding import ActorLearner, DataParallel, Population, SingleDevice
-from jaxrl_frag.transforms import Population as Members
+from jaxrl_frag.sharding import ActorLearner, DataParallel, PopulationParallel, SingleDevice
+from jaxrl_frag.transforms import Population
 
 ON_POLICY = dict(num_envs=8, num_steps=16, total_steps=8 * 16 * 4, num_minibatches=2)  # 4 iterations
 OFF_POLICY = dict(num_envs=8, num_steps=4, total_steps=8 * 4 * 4, num_updates=2, minibatch_size=32, buffer_size=256,
@@ -26,7 +26,7 @@ SMALL = {
 SEED = 3
 EXACT = {
     "data-parallel-exact": lambda: DataParallel(4, shuffle="exact"),
-    "population-exact": lambda: Population(pop=2, data=2, shuffle="exact"),
+    "population-exact": lambda: PopulationParallel(pop=2, data=2, shuffle="exact"),
     "actor-learner-synchronous": lambda: ActorLearner(2, 2, staleness=0, shuffle="exact"),
 }
 INEXACT = {
@@ -60,7 +60,7 @@ def reference() -> dict[str, list[np.ndarray]]:
 def test_an_exact_policy_equals_single_device(recipe: str, policy: str, reference) -> None:
     algorithm = make(recipe)
     if policy.startswith("population"):  # member 0 of two, seeded as the reference run
-        state, _ = run(Members.of([algorithm, algorithm], [SEED, SEED + 1]), EXACT[policy]())
+        state, _ = run(Population.of([algorithm, algorithm], [SEED, SEED + 1]), EXACT[policy]())
         state = [x[0] for x in state]
     else:
         state, _ = run(algorithm, EXACT[policy]())

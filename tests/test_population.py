@@ -24,9 +24,9 @@ def solo_params() -> list[list[np.ndarray]]:
     return [[np.asarray(x) for x in jax.tree.leaves(run.state.params)] for run in runs]
 
 
-@pytest.mark.parametrize("policy", [sharding.Population(pop=4), sharding.Population(pop=2, data=2, shuffle="exact")],
-                         ids=["pop4", "pop2xdata2"])
-def test_member_equals_its_solo_run(policy: sharding.Population, solo_params) -> None:
+@pytest.mark.parametrize("policy", [sharding.PopulationParallel(pop=4),
+                                    sharding.PopulationParallel(pop=2, data=2, shuffle="exact")], ids=["pop4", "pop2xdata2"])
+def test_member_equals_its_solo_run(policy: sharding.PopulationParallel, solo_params) -> None:
     population = Population.of([member(i) for i in range(4)], SEEDS)
     history = jf.compile(population, policy, chunk_iterations=2).run(jax.random.PRNGKey(0))
     leaves = [np.asarray(x) for x in jax.tree.leaves(history.state.params)]

@@ -1,6 +1,6 @@
-"""Generic program rewrites over an algorithm's step."""
+"""Algorithm -> Algorithm rewrites: populations, adaptive actor boosting; and the
+transfer encodings (precision, packing) that policies apply to what crosses devices."""
 
-from jaxrl_frag.transforms.chunking import Chunk, run_iterations
 from jaxrl_frag.transforms.population import Population
 
-__all__ = ["Chunk", "Population", "run_iterations"]
+__all__ = ["Population"]

@@ -17,7 +17,6 @@ from flax import struct
 
 from jaxrl_frag import primitives
 from jaxrl_frag.algorithms import Algorithm, Metrics, static_field
-from jaxrl_frag.envs.host_env import HostEnv
 from jaxrl_frag.errors import ConfigError, check
 
 PyTree = Any
@@ -40,9 +39,9 @@ class Population(Algorithm):
               f"give one seed per member ({len(algorithms)} members)")
         first = algorithms[0]
         env = getattr(first, "env", None)
-        check(not isinstance(env, HostEnv), "env", getattr(env, "name", None),
-              "runs on host environments, whose one pool of workers a population (one vmapped program) cannot "
-              "share: train the members as separate runs, or use a JAX environment")
+        check(env is None or env.capabilities.traceable, "env", getattr(env, "name", None),
+              "steps outside the compiled program, so a population (one vmapped program) cannot hold copies of it: "
+              "train the members as separate runs, or use a JAX environment")
         for other in algorithms[1:]:
             if jax.tree.structure(other) != jax.tree.structure(first):
                 field = _differing_static_field(first, other)
@@ -74,6 +73,7 @@ class Population(Algorithm):
         return self._vmap(lambda member, k: member.init(k))(self.members, keys)
 
     def step(self, state: PyTree) -> tuple[PyTree, Metrics]:
+        """Every member's step, ``vmap``-ped: metrics get a leading member axis."""
         return self._vmap(lambda member, s: member.step(s))(self.members, state)
 
     def finished(self, state: PyTree) -> jax.Array:
@@ -85,6 +85,7 @@ class Population(Algorithm):
         return jax.vmap(fn, spmd_axis_name=primitives.current().population_axis)
 
     def config(self) -> dict[str, Any]:
+        """The member count, the seeds and the members' configuration (hyperparameters as lists)."""
         return {"members": self.size, "seeds": [int(s) for s in self.seeds], **self.members.config()}
 
 

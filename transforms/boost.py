@@ -34,24 +34,60 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl_frag import curvature, envs, primitives, tracing
+from jaxrl_frag import curvature, primitives, tracing
 from jaxrl_frag.algorithms import Algorithm, hyperparameter, plain, static_field
 from jaxrl_frag.bounds import INT32_MAX, check_count
+from jaxrl_frag.chunking import field_name
 from jaxrl_frag.errors import ConfigError, check
 from jaxrl_frag.metrics import Metrics
-from jaxrl_frag.recipes.actor_critic import ActorCriticRecipe
-from jaxrl_frag.transforms.chunking import field_name
 
 PyTree = Any
 STRATEGIES = ("nitro", "gns", "random", "fixed")
 PROBING = ("nitro", "gns")
+
+
+@runtime_checkable
+class Boostable(Protocol):
+    """What boosting needs of a recipe (the on-policy recipes have it): settings to make
+    it again at another environment count, one iteration as a ``round`` that also returns
+    what it learned from, the ``samples`` of that, and the ``loss`` on a minibatch of them
+    (probed for curvature and gradient noise). ``rollout`` and ``learn`` are its actor and
+    learner fragments (timed by ``calibrate``)."""
+
+    env: Any
+    num_envs: int
+    num_steps: int
+    num_minibatches: int
+    total_steps: int
+    lr: Any
+    anneal_lr: bool
+
+    @classmethod
+    def fields(cls) -> dict[str, Any]: ...
+
+    @classmethod
+    def create(cls, env: str, **settings: Any) -> Boostable: ...
+
+    def replace(self, **changes: Any) -> Boostable: ...
+
+    def init(self, key: jax.Array) -> PyTree: ...
+
+    def round(self, state: PyTree) -> tuple[PyTree, Metrics, tuple[Any, ...]]: ...
+
+    def samples(self, *lesson: Any) -> PyTree: ...
+
+    def loss(self, params: PyTree, *minibatch: Any) -> tuple[jax.Array, Metrics]: ...
+
+    def rollout(self, *args: Any) -> Any: ...
+
+    def learn(self, *args: Any) -> Any: ...
 
 
 @struct.dataclass
@@ -81,8 +117,8 @@ class BoostState:
 class Boosted(Algorithm):
     """A recipe run rung by rung on a ladder of environment counts, under a budget."""
 
-    recipe: ActorCriticRecipe  # its environment is the pool: ladder[-1] environments
-    rung_envs: tuple[envs.Env, ...] = static_field()
+    recipe: Boostable  # its environment is the pool: ladder[-1] environments
+    rung_envs: tuple[Any, ...] = static_field()
     batched: tuple[tuple[str, int], ...] = static_field()  # the recipe state's environment-batched fields, axes
     strategy: str = static_field("nitro", flag="--boost", help="nitro (curvature), gns (gradient noise scale), "
                                  "random (ablation) or fixed (always --boost-fixed-actors)")
@@ -121,7 +157,7 @@ class Boosted(Algorithm):
         return {f.name: f.default for f in cls.settings()}
 
     @classmethod
-    def create(cls, recipe: ActorCriticRecipe, round_seconds: Any = None, **settings: Any) -> Boosted:
+    def create(cls, recipe: Boostable, round_seconds: Any = None, **settings: Any) -> Boosted:
         """``recipe`` (its ``num_envs`` aside) boosted with ``settings``; validated.
         ``round_seconds`` (``[rungs, 3]``: actor, learner and probe seconds of a round at
         each rung) is what ``calibrate`` measures; without it rounds cost nothing."""
@@ -133,13 +169,13 @@ class Boosted(Algorithm):
         s["ladder"] = tuple(int(n) for n in s["ladder"])
         s["budget_steps"] = int(s["budget_steps"] or recipe.total_steps)
         ladder = s["ladder"]
-        check(isinstance(recipe, ActorCriticRecipe), "recipe", type(recipe).__name__,
-              "boosting runs on-policy recipes (ppo, a2c, impala); an off-policy recipe's replay buffer is shaped "
-              "by its environment count")
+        check(isinstance(recipe, Boostable), "recipe", type(recipe).__name__,
+              "boosting runs on-policy recipes (ppo, a2c, impala: see ``Boostable``); an off-policy recipe's replay "
+              "buffer is shaped by its environment count")
         check(s["strategy"] in STRATEGIES, "boost", s["strategy"], f"choose one of {', '.join(STRATEGIES)} or off")
-        check(not isinstance(recipe.env, envs.HostEnv), "boost", s["strategy"],
-              "slices a pool of JAX environments by rung; host environments (gymnasium:, ale:) are a fixed pool of "
-              "workers: turn boosting off")
+        check(recipe.env.capabilities.traceable, "boost", s["strategy"],
+              "steps a slice of a pool of environments traced into the program; these step outside it (host "
+              "environments, gymnasium: or ale:): turn boosting off")
         check(len(ladder) > 0 and all(n > 0 for n in ladder) and list(ladder) == sorted(set(ladder)), "boost_ladder",
               ",".join(map(str, ladder)), "give distinct positive environment counts in ascending order, e.g. 8,16,32,64")
         fixed = s["fixed_actors"] or ladder[-1]
@@ -203,7 +239,7 @@ class Boosted(Algorithm):
         seconds = jnp.asarray(self.round_seconds)
         return self.actor_price * seconds[..., 0] + self.learner_price * (seconds[..., 1] + seconds[..., 2])
 
-    def rung(self, index: int, lr: jax.Array | float) -> ActorCriticRecipe:
+    def rung(self, index: int, lr: jax.Array | float) -> Boostable:
         """The recipe at rung ``index``, its learning rate ``lr`` (annealing is the controller's)."""
         return self.recipe.replace(num_envs=self.ladder[index], env=self.rung_envs[index], anneal_lr=False, lr=lr)
 
@@ -217,11 +253,13 @@ class Boosted(Algorithm):
         return (c.env_steps + steps <= self.budget_steps) & (c.cost + self.round_cost <= self.budget_cost)
 
     def finished(self, state: BoostState) -> jax.Array:
+        """Whether no rung fits in what is left of the budget."""
         return ~self.affordable(state.controller).any()
 
     # -- the algorithm -------------------------------------------------------------
 
     def init(self, key: jax.Array) -> BoostState:
+        """The recipe's state over the whole pool, and a controller that has seen nothing."""
         pool = self.recipe.replace(anneal_lr=False).init(key)
         zero = jnp.zeros((), jnp.float32)
         controller = Controller(jnp.int32(0), jnp.int32(0), zero, zero, jnp.zeros(self.window), jnp.int32(0),
@@ -229,6 +267,7 @@ class Boosted(Algorithm):
         return BoostState(pool, controller)
 
     def step(self, state: BoostState) -> tuple[BoostState, Metrics]:
+        """One round: choose a rung, run the recipe's iteration at it, probe, update the controller."""
         c = state.controller
         key, k_choose, k_probe = jax.random.split(c.key, 3)
         boost, floor = self.boost(c, k_choose)
@@ -312,7 +351,7 @@ class Boosted(Algorithm):
         return Controller(c.rounds + ran, c.env_steps + steps, c.seconds + seconds, c.cost + cost, ratios, seen, noise,
                           key)
 
-    def probe(self, recipe: ActorCriticRecipe, params: PyTree, sample: PyTree, key: jax.Array) -> jax.Array:
+    def probe(self, recipe: Boostable, params: PyTree, sample: PyTree, key: jax.Array) -> jax.Array:
         """``(lambda_min, lambda_max, |G|^2, tr Sigma)`` of ``recipe``'s loss at ``params`` on
         ``sample`` (a round's batch cut to the bottom rung's size, so that the signal means
         the same at every rung): the Hessian's extremes on one of its minibatches, the
@@ -370,6 +409,7 @@ class Boosted(Algorithm):
         return jax.tree_util.tree_map_with_path(apply, *trees, is_leaf=lambda x: isinstance(x, primitives.Shared))
 
     def config(self) -> dict[str, Any]:
+        """The recipe's configuration, the boost settings and the calibrated round seconds."""
         own = {f.name: plain(getattr(self, f.name)) for f in self.settings()}
         return {**self.recipe.config(), **own, "round_seconds": plain(self.round_seconds)}
 

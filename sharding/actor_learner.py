@@ -1,5 +1,6 @@
-"""``ActorLearner`` execution: the step cut into an actor program and a learner program
-(``partition``), each compiled for its device group, run as a two-stage pipeline.
+"""``ActorLearner``: actor and learner fragments on disjoint device groups. The step is
+cut into an actor program and a learner program (``partition``), each compiled for its
+device group, run as a two-stage pipeline.
 
 Each iteration the actor program steps its environments and encodes what the
 learner needs (the trajectory) in the transfer precision, packed into two byte
@@ -14,33 +15,125 @@ schedule is fixed, never first-come-first-served, so runs are reproducible.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec, Sharding
 
-from jaxrl_frag import costs, partition, tracing
+from jaxrl_frag import costs, partition, primitives, tracing
 from jaxrl_frag import metrics as metrics_lib
 from jaxrl_frag.algorithms import Algorithm
+from jaxrl_frag.chunking import Chunk, field_name, finite_flags
 from jaxrl_frag.collectives import audit, summary
 from jaxrl_frag.errors import check
 from jaxrl_frag.explanation import Explanation, Transfer
 from jaxrl_frag.graph import FragmentGraph, describe_aval
 from jaxrl_frag.metrics import Metrics
-from jaxrl_frag.sharding import ActorLearner, DataParallel
+from jaxrl_frag.policy import BatchAxes, Policy
+from jaxrl_frag.sharding.data_parallel import SHUFFLE_HELP, DataParallel
+from jaxrl_frag.sharding.mesh import make_mesh
 from jaxrl_frag.transforms import packing, precision
-from jaxrl_frag.transforms.chunking import Chunk, field_name, finite_flags
 from jaxrl_frag.transforms.population import Population
+from jaxrl_frag.transforms.precision import TRANSFER_DTYPES, check_dtype
 
+STALENESS_MAX = 1024  # copies of the parameters queued for the actors, at most
 PyTree = Any
 Buffers = tuple[jax.Array, ...]  # a channel's packed bytes: (batched, replicated), either one only if empty
 Flags = dict[str, jax.Array]
 _NEVER = np.iinfo(np.int32).max  # "no iteration went non-finite"
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorLearner(Policy):
+    """MSRL's multi-actor / single-learner placement (Podracer's Sebulba): the actor
+    fragments run on ``actor_devices`` devices, every other fragment on a disjoint group
+    of ``learner_devices`` devices, each group data-parallel over its devices.
+
+    The step is cut at its fragment boundaries into two programs (``partition``),
+    compiled for the two groups and dispatched asynchronously on a fixed schedule.
+    Each iteration the actor's results (the trajectory) move to the learner group, and
+    the learner's parameters back to the actor group, as device-to-device copies, in
+    ``transfer_dtype`` (``float32``, ``bfloat16``, or ``int8`` with a per-tensor scale;
+    the receiver computes in float32). Narrowed are the parameters and the per-sample
+    vectors of the trajectory (observations); its per-sample scalars (log-probabilities,
+    values, rewards) stay float32: they are few bytes, and V-trace's importance ratios
+    lose the return when they are rounded (benchmarks/RESULTS.md). With ``staleness=k`` the actor acts with the
+    parameters of ``k`` updates before the learner's: ``k = 0`` runs the groups in
+    turn and equals ``SingleDevice`` (float tolerance, ``exact`` shuffling, float32
+    transfers); ``k >= 1`` overlaps acting and learning, the actor running one
+    iteration ahead, deterministic for a given seed. The learner's ``shuffle`` is as in
+    ``DataParallel``.
+    """
+
+    name: ClassVar[str] = "actor-learner"
+    actor_devices: int = dataclasses.field(default=1, metadata={"help": "devices of the actor group"})
+    learner_devices: int = dataclasses.field(default=1, metadata={
+        "help": "devices of the learner group, after the actor's"})
+    staleness: int = dataclasses.field(default=1, metadata={
+        "help": "updates the actors' parameters may lag the learner's; 0 runs actors and learner in turn (equals "
+                "single-device)"})
+    transfer_dtype: str = dataclasses.field(default="float32", metadata={
+        "choices": TRANSFER_DTYPES, "help": "precision of trajectories and parameters crossing between the device "
+                                            "groups; the learner computes in float32"})
+    shuffle: str = dataclasses.field(default="local", metadata={"choices": primitives.SHUFFLES, "help": SHUFFLE_HELP})
+    actor: DataParallel = dataclasses.field(init=False)
+    learner: DataParallel = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        for name in ("actor_devices", "learner_devices"):
+            value = getattr(self, name)
+            check(isinstance(value, int) and value > 0, name, value, "must be a positive device count")
+        check(isinstance(self.staleness, int) and self.staleness >= 0, "staleness", self.staleness,
+              "must be 0 (synchronous) or a positive number of updates the actor may lag")
+        check(self.staleness <= STALENESS_MAX, "staleness", self.staleness,
+              f"must be at most {STALENESS_MAX}: the actors' devices hold a copy of the parameters for every update "
+              "they may lag")
+        check_dtype(self.transfer_dtype)
+        check(jax.process_count() == 1, "policy", self.name,
+              "runs within one process for now; across hosts use DataParallel or Population")
+        devices = jax.devices()
+        wanted = self.actor_devices + self.learner_devices
+        check(wanted <= len(devices), "devices", wanted,
+              f"actor_devices + learner_devices must not exceed the {len(devices)} {devices[0].platform} device(s) "
+              "(on CPU the command line forces that many host devices)")
+        object.__setattr__(self, "actor", DataParallel(
+            mesh=make_mesh(devices[: self.actor_devices], data=self.actor_devices), shuffle=self.shuffle))
+        object.__setattr__(self, "learner", DataParallel(
+            mesh=make_mesh(devices[self.actor_devices: wanted], data=self.learner_devices), shuffle=self.shuffle))
+
+    def shardings(self, state: PyTree, batch_axes: Callable[[], BatchAxes]) -> tuple[Sharding, PyTree]:
+        """The learner group's placement; each group places its own fields (``pipeline``)."""
+        return self.learner.shardings(state, batch_axes)
+
+    def lowering(self) -> primitives.Lowering:
+        """The learner group's lowering, the actor fragments' their group's."""
+        return dataclasses.replace(self.learner.lowering(), roles=((partition.ACTOR, self.actor.lowering()),))
+
+    def executor(self, algorithm: Algorithm, max_rows: int, check_finite: bool) -> ActorLearnerExecutor:
+        """The actor and learner programs, run as a two-stage pipeline."""
+        return ActorLearnerExecutor(algorithm, self, check_finite)
+
+    @property
+    def device_count(self) -> int:
+        return self.actor_devices + self.learner_devices
+
+    def describe(self) -> str:
+        """Both groups' devices, the staleness, the transfer precision and the shuffling."""
+
+        def ids(group: DataParallel) -> str:
+            return ",".join(str(d.id) for d in group.mesh.devices.flat)
+
+        platform = self.actor.mesh.devices.flat[0].platform
+        return (f"ActorLearner: actor fragments on {self.actor_devices} {platform} device(s) [{ids(self.actor)}], "
+                f"learner fragments on {self.learner_devices} [{ids(self.learner)}], each group data-parallel; "
+                f"staleness {self.staleness}, transfers in {self.transfer_dtype}, {self.shuffle} minibatch shuffling")
+
 
 
 @struct.dataclass
@@ -65,10 +158,10 @@ class PipelineState:
 class ActorLearnerExecutor:
     """Compiles and runs the actor and learner programs of ``algorithm`` under ``policy``."""
 
-    def __init__(self, algorithm: Algorithm, policy: ActorLearner, max_rows: int, check_finite: bool):
-        del max_rows  # the host drives every iteration
-        check(not isinstance(algorithm, Population), "policy", "ActorLearner",
-              "does not run populations yet; use the Population policy for those")
+    def __init__(self, algorithm: Algorithm, policy: ActorLearner, check_finite: bool):
+        check(not isinstance(algorithm, Population), "policy", policy.name,
+              "does not run populations (on the command line: --seeds, --sweep) yet; use PopulationParallel "
+              "(--policy population) for those")
         self.algorithm, self.policy, self.staleness = algorithm, policy, policy.staleness
         dtype = policy.transfer_dtype
         rule = policy.lowering()
@@ -169,7 +262,7 @@ class ActorLearnerExecutor:
             _transfers("actor -> learner", [(c.name, c.aval, _narrowable(c)) for c in split.crossing])
             + _transfers("actor -> learner", [("actor metrics, flags", v, False)
                                               for v in (*actor_metrics.values(), *actor_flags.values())])
-            + _transfers("learner -> actor", [(f"state.{fields[i]}", avals[i], True) for i in split.lagged]))
+            + _transfers("learner -> actor", [(f"state.{fields[i]}", avals[i], True) for i in split.lagged], carried=True))
 
     def trace_step(self) -> Any:
         return jax.make_jaxpr(self._step_fn)(self.algorithm, self._shape)
@@ -258,7 +351,7 @@ class ActorLearnerExecutor:
                                        f"[{','.join(str(d.id) for d in devices)}]", *summary(found)])
         return Explanation(FragmentGraph.from_jaxpr(traced), self.policy.describe(),
                            [c for found in audits.values() for c in found], cost, memory, compile_seconds,
-                           self._transfers, self.policy.transfer_dtype, groups)
+                           self._transfers, self.policy.transfer_dtype, groups, {partition.ACTOR: "actor"})
 
 
 def _batch_axis(crossing: partition.Crossing) -> int | None:
@@ -311,13 +404,13 @@ def _narrowable(crossing: partition.Crossing) -> bool:
     return crossing.batch_axis is None or crossing.aval.ndim > crossing.batch_axis + 1
 
 
-def _transfers(direction: str, values: list[tuple[str, Any, bool]]) -> list[Transfer]:
+def _transfers(direction: str, values: list[tuple[str, Any, bool]], carried: bool = False) -> list[Transfer]:
     """One ``Transfer`` per name, its leaves' bytes summed for each precision (leaves not
-    narrowed stay float32)."""
+    narrowed stay float32); ``carried``: for the next iteration."""
     grouped: dict[str, list[tuple[Any, bool]]] = {}
     for name, aval, narrowed in values:
         grouped.setdefault(name, []).append((aval, narrowed))
     return [Transfer(direction, name, tuple(describe_aval(a) for a, _ in leaves),
                      {d: sum(precision.encoded_bytes(a, d if n else "float32") for a, n in leaves)
-                      for d in precision.TRANSFER_DTYPES})
+                      for d in TRANSFER_DTYPES}, carried)
             for name, leaves in grouped.items()]

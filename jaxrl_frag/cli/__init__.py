@@ -1,0 +1,53 @@
+"""The ``jaxrl-frag`` command line.
+
+    jaxrl-frag train ppo --env CartPole-v1 [--total-steps N] [--num-envs N] [--seed S] [--run-dir DIR]
+    jaxrl-frag train ppo --env CartPole-v1 --boost nitro [--boost-ladder 8,16,32,64] [--budget-steps N]
+    jaxrl-frag train ppo --env gymnasium:CartPole-v1 [--env-workers N] [--env-groups G] [--no-env-ring]
+    jaxrl-frag resume RUN_DIR [--override total_steps=N] [--restart]
+    jaxrl-frag explain ppo --env CartPole-v1 [--policy actor-learner --transfer-dtype bfloat16]
+    jaxrl-frag envs
+
+Every recipe setting is a flag, generated from the recipe's dataclass, and so is every
+distribution policy's (``flags``, ``policies``). Installed packages add recipes and
+environments through the entry-point groups ``jaxrl_frag.recipes`` and
+``jaxrl_frag.envs``. A wrong setting prints one paragraph on stderr and exits with
+status 2; a run that goes non-finite stops with status 3, one whose host environment
+worker fails with status 4, one that cannot write its files (a full disk) with status
+5; SIGINT or SIGTERM saves a checkpoint and exits 0.
+
+One module per command (``train``, ``resume``, ``explain``, ``envs``); ``parser``
+builds the parser, ``algorithm`` what train and explain build, ``runtime`` what must
+be set before jax starts.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from jaxrl_frag.cli import runtime
+from jaxrl_frag.cli.parser import build_parser
+from jaxrl_frag.cli.signals import Interrupt
+from jaxrl_frag.cli.status import ENV_WORKER_FAILED, INTERRUPTED, NON_FINITE, USAGE_ERROR, WRITE_FAILED
+from jaxrl_frag.errors import ConfigError
+
+runtime.watch_backend()  # to say what started jax, should it start before the command sets its devices
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        with Interrupt.handled():
+            runtime.configure_runtime(argv)
+            args = build_parser(argv).parse_args(argv)
+            return args.handler(args)
+    except ConfigError as error:
+        print(f"jaxrl-frag: error: {error}", file=sys.stderr)
+        return USAGE_ERROR
+    except KeyboardInterrupt:  # outside training (``StopOnSignal`` handles SIGINT during it)
+        print("jaxrl-frag: interrupted", file=sys.stderr)
+        return INTERRUPTED
+
+
+__all__ = ["ENV_WORKER_FAILED", "INTERRUPTED", "NON_FINITE", "USAGE_ERROR", "WRITE_FAILED", "build_parser", "main"]

@@ -1,0 +1,168 @@
+"""What ``train`` and ``explain`` build: a recipe's flags (from its dataclass fields),
+actor boosting's flags (from ``Boosted``'s), and the algorithm they make, a population
+for several seeds or a sweep."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+from typing import Any
+
+import numpy as np
+
+from jaxrl_frag.bounds import MEMBERS_MAX, SEED_MAX, check_count
+from jaxrl_frag.cli import flags
+from jaxrl_frag.errors import check
+
+Members = list[tuple[dict[str, float], int]]  # a population's members: setting and seed, in member order
+
+
+@functools.cache
+def recipe_flags(recipe: type) -> tuple[flags.Flag, ...]:
+    """One flag per setting of the recipe dataclass (a field with a ``help``, but ``env``),
+    its help from the field's metadata. Unset by default, so that the recipe's
+    per-environment defaults apply."""
+    hints = flags.type_hints(recipe)
+    return tuple(flags.field_flag(recipe, field, hints) for field in flags.settings_of(recipe, skip=("env",)))
+
+
+def add_recipe_flags(parser: argparse.ArgumentParser, recipe: type) -> None:
+    group = parser.add_argument_group(f"{recipe.__name__} settings (defaults shown are for most environments)")
+    for flag in recipe_flags(recipe):
+        flag.add_to(group)
+
+
+@functools.cache
+def boost_flags() -> tuple[flags.Flag, ...]:
+    """The flags of adaptive actor boosting's settings but its strategy (``--boost``)."""
+    from jaxrl_frag.transforms.boost import Boosted
+
+    hints = flags.type_hints(Boosted)
+    return tuple(flags.field_flag(Boosted, field, hints, dest=f"boost_{field.name}")
+                 for field in Boosted.settings() if field.name != "strategy")
+
+
+def boost_kinds() -> dict[str, flags.Kind]:
+    """``--boost`` and ``--boost-calibrate`` and the boost settings' flags: how each reads, by name."""
+    from jaxrl_frag.transforms.boost import STRATEGIES
+
+    return {"boost": flags.one_of((*STRATEGIES, "off")), "boost_calibrate": flags.BOOL,
+            **{flag.dest: flag.kind for flag in boost_flags()}}
+
+
+def add_boost_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of adaptive actor boosting (``jaxrl_frag.transforms.boost``), one per setting."""
+    from jaxrl_frag.transforms.boost import STRATEGIES, Boosted
+
+    group = parser.add_argument_group("actor boosting (ppo, a2c, impala; single or population policy)")
+    (strategy,) = [f for f in Boosted.settings() if f.name == "strategy"]
+    group.add_argument(strategy.metadata["flag"], dest="boost", choices=(*STRATEGIES, "off"), default="off",
+                       help=f"{strategy.metadata['help']} (default {strategy.default!r}); off: a fixed --num-envs "
+                            "(default off)")
+    for flag in boost_flags():
+        flag.add_to(group)
+    group.add_argument("--boost-calibrate", action="store_true",
+                       help="time each rung's actor, learner and probe first, so that rows report device-seconds "
+                            "and cost (implied by --budget-cost)")
+
+
+def boost_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The boost settings given on the command line (the strategy among them), by field name."""
+    given = {flag.dest[len("boost_"):]: getattr(args, flag.dest, None) for flag in boost_flags()}
+    return {"strategy": args.boost, **{k: flags.given(v) for k, v in given.items() if v is not None}}
+
+
+def recipe_overrides(args: argparse.Namespace, recipe: type) -> dict[str, Any]:
+    """The recipe settings given on the command line, by field name."""
+    return {flag.dest: flags.given(getattr(args, flag.dest)) for flag in recipe_flags(recipe)
+            if getattr(args, flag.dest, None) is not None}
+
+
+def make_algorithm(args: argparse.Namespace) -> tuple[Any, Members | None]:
+    """The algorithm, and for a population (``--seeds`` > 1 or ``--sweep``) its members'
+    settings and seeds, in member order."""
+    from jaxrl_frag import costs, sweeps
+    from jaxrl_frag.transforms import Population
+    from jaxrl_frag.transforms.boost import Boosted
+
+    if args.chunk_iterations is not None:
+        check_count("chunk_iterations", args.chunk_iterations)
+    check_count("seed", args.seed, SEED_MAX, "seeds are uint32", low=0)
+    check_count("seeds", args.seeds, SEED_MAX - args.seed + 1, f"the seeds from --seed {args.seed} on are uint32")
+    overrides = recipe_overrides(args, args.recipe_cls)
+    boosting = getattr(args, "boost", "off") != "off"
+    settings = boost_settings(args) if boosting else {}
+    ladder = settings.get("ladder", Boosted.defaults()["ladder"])
+    calibrating = boosting and (args.boost_calibrate or args.boost_budget_cost is not None)
+    if boosting:
+        check(args.policy in ("single", "population"), "policy", args.policy,
+              "boosted runs take the single or population policy (the ladder slices one environment pool)")
+        check("num_envs" not in overrides, "num_envs", overrides.get("num_envs"),
+              "a boosted run's environment counts are its --boost-ladder; drop --num-envs")
+        for count in ladder:
+            check_count("boost_ladder", count)
+        overrides["num_envs"] = ladder[-1]
+
+    def build(**recipe_settings: Any) -> Any:
+        recipe = args.recipe_cls.create(args.env, **recipe_settings)
+        if not boosting:
+            return recipe
+        # calibrated after every setting is validated: until then rounds cost nothing
+        seconds = np.zeros((len(ladder), 3)) if calibrating else None
+        return Boosted.create(recipe, round_seconds=seconds, **settings)
+
+    if args.seeds == 1 and not args.sweep:
+        check(args.samples is None, "samples", args.samples, "--samples is for random search with --sweep")
+        algorithms, members = [build(**overrides)], None
+    else:
+        size = sweeps.count(args.sweep, args.samples) * args.seeds
+        check(size <= MEMBERS_MAX, "population", size,
+              f"--sweep and --seeds make that many members (settings times seeds), and at most {MEMBERS_MAX:,} are "
+              "built (one by one, on the host): sweep fewer values or seeds, or split the sweep over runs")
+        setting_list = sweeps.settings(args.sweep, args.samples, args.seed)
+        sweeps.check_traced(args.recipe_cls, list(setting_list[0]))
+        members = sweeps.members(setting_list, args.seeds, args.seed)
+        algorithms = [build(**{**overrides, **setting}) for setting, _ in members]
+    costs.check_state_fits(algorithms[0], len(algorithms), memory_fix(args, program=False))
+    if calibrating:
+        algorithms = _calibrated(args, algorithms)
+    if members is None:
+        return algorithms[0], None
+    return Population.of(algorithms, [seed for _, seed in members]), members
+
+
+def memory_fix(args: argparse.Namespace, program: bool) -> str:
+    """What to change, in flags, for a run whose state (or with ``program``, whose
+    compiled program) does not fit its devices' memory."""
+    fields = {f.name for f in dataclasses.fields(args.recipe_cls)}
+    boosting = getattr(args, "boost", "off") != "off"
+    sizes = ("num_envs", "num_steps", "buffer_size", "minibatch_size", "hidden") if program else (
+        "num_envs", "buffer_size", "hidden")
+    flag_names = [f"--{'boost_ladder' if boosting and name == 'num_envs' else name}".replace("_", "-")
+                  for name in sizes if name in fields]
+    if not flag_names:  # a recipe with none of the usual sizes
+        fix = "lower the recipe's sizes"
+    else:
+        fix = f"lower {', '.join(flag_names[:-1])} or {flag_names[-1]}" if len(flag_names) > 1 else f"lower {flag_names[0]}"
+    if program and "num_minibatches" in fields:
+        fix += ", or raise --num-minibatches"
+    if args.seeds > 1 or args.sweep:
+        fix += ", or train fewer members (--seeds, --sweep)"
+    return fix
+
+
+def _calibrated(args: argparse.Namespace, algorithms: list[Any]) -> list[Any]:
+    """Boosted ``algorithms`` with their rounds' device-seconds measured (one calibration
+    serves every member: the rounds' sizes do not depend on them), or as the resumed run
+    was calibrated."""
+    from jaxrl_frag.transforms import boost
+
+    if getattr(args, "boost_round_seconds", None) is not None:
+        return [a.replace(round_seconds=np.asarray(args.boost_round_seconds, np.float32)) for a in algorithms]
+    print("calibrating: timing each rung's actor, learner and probe", flush=True)
+    seconds = boost.calibrate(algorithms[0]).round_seconds
+    for count, (actor, learner, probe) in zip(algorithms[0].ladder, np.asarray(seconds).tolist(), strict=True):
+        print(f"  {count} environments: a round takes {actor * 1e3:.1f} ms acting, {learner * 1e3:.1f} ms learning, "
+              f"{probe * 1e3:.1f} ms probing ({probe / (actor + learner + probe):.0%} of the round)")
+    return [a.replace(round_seconds=seconds) for a in algorithms]

@@ -1,0 +1,20 @@
+"""``jaxrl-frag envs``: the environment ids ``--env`` takes, the plugins' among them."""
+
+from __future__ import annotations
+
+import argparse
+
+_WIDTH = 17  # the id column of the families' lines
+
+
+def list_envs(args: argparse.Namespace) -> int:
+    from jaxrl_frag.envs import registry
+
+    print("\n".join(registry.available()))
+    print("gymnasium:<id>   any Gymnasium environment, in worker processes\n"
+          "ale:<Game>       an Atari game (ale-py), standard preprocessing, in worker processes")
+    for prefix, entry_point in registry.plugin_families().items():
+        dist = getattr(entry_point, "dist", None)
+        source = f"package {dist.name}" if dist is not None else "a plugin"
+        print(f"{prefix + '<id>':<{_WIDTH - 1}} {source} ({entry_point.value})")
+    return 0

@@ -1,0 +1,36 @@
+"""``jaxrl-frag explain``: the fragment graph, placement, collectives and XLA's cost
+figures of a recipe under a policy, without training."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from jaxrl_frag.cli import policies
+from jaxrl_frag.cli.algorithm import make_algorithm
+from jaxrl_frag.cli.runtime import enable_compilation_cache
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--draw", type=Path, default=None, metavar="FILE",
+                        help="also draw the fragment graph: .png, .svg or .pdf (Graphviz's dot where it "
+                             "exists, else matplotlib), .dot (Graphviz source) or .txt")
+
+
+def explain(args: argparse.Namespace) -> int:
+    import jaxrl_frag as jf
+    from jaxrl_frag.drawing import check_path
+
+    if args.draw is not None:
+        check_path(args.draw)
+
+    algo, _ = make_algorithm(args)
+    policy = policies.make_policy(args)
+    enable_compilation_cache()
+    program = jf.compile(algo, policy, chunk_iterations=args.chunk_iterations)
+    print(f"{args.recipe} on {args.env}: {algo.steps_per_iteration} environment steps per iteration")
+    explanation = program.explain()
+    print(explanation)
+    if args.draw is not None:
+        print(f"wrote {explanation.draw(args.draw)}")
+    return 0

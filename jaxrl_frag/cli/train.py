@@ -1,0 +1,325 @@
+"""``jaxrl-frag train``: compile a recipe under a policy, train it and write its run
+directory (config.json, metrics.csv, TensorBoard events, checkpoints, the learning
+curve); ``run`` is what ``resume`` continues a run with too."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxrl_frag.cli import flags, policies
+from jaxrl_frag.cli.algorithm import Members, boost_kinds, boost_settings, make_algorithm, memory_fix, recipe_flags
+from jaxrl_frag.cli.runtime import enable_compilation_cache
+from jaxrl_frag.cli.signals import Interrupt, StopOnSignal
+from jaxrl_frag.cli.status import ENV_WORKER_FAILED, NON_FINITE, WRITE_FAILED
+from jaxrl_frag.errors import check
+
+# settings a resumed run may change: they decide how long it runs, where and how it
+# reports, not what it computes per iteration
+# env_workers changes which processes step the host environments, not what they compute
+RESUMABLE_CHANGES = ("total_steps", "checkpoint_every", "keep_checkpoints", "chunk_iterations", "devices", "env_workers")
+# what config.json records beyond the settings, and is free to differ on resume
+RUNTIME_KEYS = ("jax", "backend", "processes", "device_count", "settings")
+# how train's own settings read, by name (the policies', the recipe's and boosting's come from their dataclasses)
+_OWN_KINDS = {"recipe": flags.STR, "env": flags.STR, "seed": flags.INT, "seeds": flags.INT, "sweep": flags.TEXTS,
+              "samples": flags.optional(flags.INT, None), "chunk_iterations": flags.optional(flags.INT, None),
+              "checkpoint_every": flags.optional(flags.INT, None), "keep_checkpoints": flags.INT}
+
+
+def setting_kinds(recipe: type) -> dict[str, flags.Kind]:
+    """How each of ``train``'s settings for ``recipe`` reads (a value saved in config.json too), by name."""
+    return {**_OWN_KINDS, **policies.kinds(), **boost_kinds(), **{f.dest: f.kind for f in recipe_flags(recipe)}}
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What ``train`` was given, by name: enough to build the same run again."""
+    kinds = setting_kinds(args.recipe_cls)
+    own = {k: getattr(args, k) for k in ("recipe", "env", "seed", "seeds", "sweep", "samples")}
+    run = {k: getattr(args, k) for k in ("chunk_iterations", "checkpoint_every", "keep_checkpoints", "boost",
+                                         "boost_calibrate")}
+    boost = {f"boost_{k}": v for k, v in boost_settings(args).items() if k != "strategy"}
+    recipe = {flag.dest: flags.given(getattr(args, flag.dest)) for flag in recipe_flags(args.recipe_cls)
+              if getattr(args, flag.dest, None) is not None}
+    given = {**boost, **recipe}
+    return own | policies.settings(args) | run | {k: kinds[k].dump(v) for k, v in given.items()}
+
+
+def resolved_config(args: argparse.Namespace, algo: Any) -> dict[str, Any]:
+    """The run's full configuration, every default filled in; validates the checkpoint
+    interval (before anything is traced)."""
+    from jaxrl_frag.checkpoints import check_settings
+    from jaxrl_frag.program import default_chunk_iterations
+
+    chunk = default_chunk_iterations(algo) if args.chunk_iterations is None else args.chunk_iterations
+    every = 10 * chunk if args.checkpoint_every is None else args.checkpoint_every
+    check_settings(every, args.keep_checkpoints, chunk)
+    return {"recipe": args.recipe, "seed": args.seed, "seeds": args.seeds, "sweep": args.sweep, "samples": args.samples,
+            **policies.settings(args), "chunk_iterations": chunk, "checkpoint_every": every,
+            "keep_checkpoints": args.keep_checkpoints, **algo.config()}
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """``train``'s own flags (its run directory and checkpoints)."""
+    parser.add_argument("--run-dir", type=Path, default=None,
+                        help="where config.json, metrics.csv and learning_curve.png go "
+                             "(default runs/RECIPE-ENV-TIME)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --run-dir from its newest checkpoint (same settings)")
+    parser.add_argument("--checkpoint-every", type=flags.parse_int, default=None, metavar="ITERATIONS",
+                        help="save the whole training state every this many iterations, a multiple of "
+                             "--chunk-iterations (default: every 10 rows of metrics); also saved at the end")
+    parser.add_argument("--keep-checkpoints", type=flags.parse_int, default=3, help="checkpoints kept (default 3)")
+
+
+def train(args: argparse.Namespace) -> int:
+    from jaxrl_frag.checkpoints import changed_settings
+    from jaxrl_frag.distributed import is_main_process
+    from jaxrl_frag.rundir import RunDir
+
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = RunDir(args.run_dir or Path("runs") / f"{args.recipe}-{args.env}-{stamp}")
+    check(not (args.resume and args.overwrite), "resume", True, "--resume and --overwrite exclude each other; give one")
+    check(not args.resume or args.run_dir is not None, "resume", True, "give the --run-dir of the run to continue")
+    if is_main_process():
+        run_dir.check_free(args.overwrite, args.resume)
+    saved = run_dir.read_config() if args.resume else None
+    if saved is not None:  # a boosted run keeps the rounds' device-seconds it was calibrated with
+        args.boost_round_seconds = saved.get("round_seconds")
+    algo, members = make_algorithm(args)
+    config = resolved_config(args, algo)
+    if saved is not None:
+        changed = changed_settings(saved, config, RUNTIME_KEYS)
+        safe = [name for name in changed if name in RESUMABLE_CHANGES]
+        check(not changed, "resume", ", ".join(changed.values()),
+              f"these settings differ from the run in {run_dir.path}; resume it unchanged with "
+              f"`jaxrl-frag resume {run_dir.path}`"
+              + (f", changing only what may change with --override ({', '.join(f'{k}=...' for k in safe)})" if safe else "")
+              + "; other changes need a new run")
+    return run(args, run_dir, algo, members, config)
+
+
+def run(args: argparse.Namespace, run_dir: Any, algo: Any, members: Members | None,
+        config: dict[str, Any], restart: bool = False) -> int:
+    """Compile, then train (from the newest checkpoint when resuming; with ``restart`` from
+    iteration 0, the old rows kept aside), writing the run directory while holding its lock.
+    A write that the disk or its permissions refuse ends the run with ``WRITE_FAILED``."""
+    from jaxrl_frag.rundir import CONFIG, write_failure
+
+    absl = logging.getLogger("absl")
+    absl.addFilter(_not_from_orbax)
+    try:
+        with run_dir:
+            return _run_locked(args, run_dir, algo, members, config, restart)
+    except Exception as error:
+        failure = write_failure(error, run_dir.path)
+        if failure is None:
+            raise
+        again = (f"continue it with `jaxrl-frag resume {run_dir.path}`" if (run_dir.path / CONFIG).exists()
+                 else "run the command again")
+        print(f"jaxrl-frag: error: could not write {failure}; the run stopped, the checkpoints it saved before are "
+              f"intact. Once there is room (or permission), {again}", file=sys.stderr)
+        return WRITE_FAILED
+    finally:
+        absl.removeFilter(_not_from_orbax)
+
+
+def _not_from_orbax(record: logging.LogRecord) -> bool:
+    """Drops orbax's log records: a failed checkpoint write is logged, traceback and all, by
+    each of its threads it passes through, and reaches the run as one error, reported once."""
+    return "orbax" not in Path(record.pathname).parts
+
+
+def _run_locked(args: argparse.Namespace, run_dir: Any, algo: Any, members: Members | None,
+                config: dict[str, Any], restart: bool) -> int:
+    """``run``'s work; ``run`` closes ``run_dir``, releasing its lock."""
+    import jax
+
+    import jaxrl_frag as jf
+    from jaxrl_frag import costs
+    from jaxrl_frag.checkpoints import Checkpoints
+    from jaxrl_frag.distributed import is_main_process
+    from jaxrl_frag.envs import EnvWorkerError
+    from jaxrl_frag.errors import NonFiniteError
+    from jaxrl_frag.rundir import METRICS
+
+    main_process = is_main_process()  # only process 0 prints and writes
+    say = print if main_process else _quiet
+    if main_process and args.resume:
+        run_dir.lock()  # a new run's directory is locked as it is made, once compiled
+    policy = policies.make_policy(args)
+    enable_compilation_cache()
+    size = f"{'up to ' if algo.iterations_vary else ''}{algo.num_iterations} iterations of " + (
+        f"at least {algo.steps_per_iteration} steps (boosted)" if algo.iterations_vary else f"{algo.steps_per_iteration} steps")
+    say(f"{args.recipe} on {args.env}: {size} -> {run_dir.path}")
+    program = jf.compile(algo, policy, chunk_iterations=config["chunk_iterations"])  # validates the placement too
+    costs.check_program_fits(program.executables, memory_fix(args, program=True))  # before anything runs
+    Interrupt.raise_if_received()  # before anything is written
+    say(f"compiled in {program.compile_seconds:.1f} s; {policy.describe()}")
+    if main_process and not args.resume:
+        run_dir.create(args.overwrite)
+    config = {**config, "device_count": policy.device_count, "processes": jax.process_count(), "jax": jax.__version__,
+              "backend": jax.default_backend(), "settings": settings(args)}
+    checkpoints = Checkpoints(run_dir.checkpoints, every=config["checkpoint_every"], keep=config["keep_checkpoints"])
+    try:
+        start = _resume_point(program, checkpoints, run_dir, say) if args.resume and not restart else None
+        done = 0 if start is None else start.iteration
+        finished = start is not None and bool(algo.finished(start.state))
+        check(finished or done <= algo.num_iterations, "total_steps", algo.num_iterations * algo.steps_per_iteration,
+              f"is below the {done * algo.steps_per_iteration} steps the run has already taken; give more")
+        if main_process and restart:
+            aside = run_dir.set_aside_metrics() if (run_dir.path / METRICS).exists() else None
+            say("starting the run over from iteration 0" + (f"; its old rows are kept in {aside}" if aside else ""))
+        elif main_process and args.resume:
+            rows = None if start is None else start.meta.get("rows")
+            note = run_dir.keep_metrics(done, None if rows is None else [r for row in rows for r in _member_rows(row, members)])
+            if note is not None:
+                say(note)
+        if finished:
+            say(f"the run in {run_dir.path} is complete: its budget is spent ({done} iterations)")
+            return 0
+        if done == algo.num_iterations:
+            say(f"the run in {run_dir.path} is complete ({done} iterations); to train on, resume it with "
+                f"--override total_steps=N (N > {done * algo.steps_per_iteration})")
+            return 0
+        if main_process:
+            run_dir.write_config(config)
+            run_dir.open_log(purge_step=done * algo.steps_per_iteration + 1)
+        on_chunk = _Reporter(run_dir, members, algo, done) if main_process else None
+        stop = StopOnSignal()
+        try:
+            with stop:
+                history = program.run(jax.random.PRNGKey(args.seed) if start is None else start, on_chunk=on_chunk,
+                                      checkpoints=checkpoints, stop=stop, meta={"run_config": config})
+        except NonFiniteError as error:
+            last = checkpoints.steps()
+            kept = f"the last good checkpoint is iteration {last[-1]} in {checkpoints.directory}" if last else "no checkpoint"
+            print(f"jaxrl-frag: error: {error}; stopped, {kept}. Lower the learning rate or check the environment, "
+                  "and start a new run", file=sys.stderr)
+            return NON_FINITE
+        except EnvWorkerError as error:
+            last = checkpoints.steps()
+            kept = (f"the last checkpoint is iteration {last[-1]}: resume with jaxrl-frag resume {run_dir.path} (the "
+                    "environments start afresh)") if last else "no checkpoint was written yet"
+            print(f"jaxrl-frag: error: {error}; the run stopped, {kept}", file=sys.stderr)
+            return ENV_WORKER_FAILED
+        finally:
+            if on_chunk is not None:
+                on_chunk.close()
+    finally:
+        checkpoints.close()
+    if history.stopped:
+        say(f"stopped at iteration {history.iteration} of {algo.num_iterations}; checkpoint saved in "
+            f"{checkpoints.directory}. Resume with: jaxrl-frag resume {run_dir.path}")
+        return 0
+    say(f"trained to {int(np.max(history.final['env_steps'])):,} steps; "
+        f"final mean episode return {float(np.nanmean(history.last('episode_return'))):.2f}")
+    if main_process:
+        title = f"{args.recipe} on {args.env}"
+        if members is None:
+            curve = run_dir.plot(title)
+        else:
+            curve = _write_population_report(run_dir, history, members, title)
+        print(f"wrote {run_dir.path / 'config.json'}, {run_dir.path / 'metrics.csv'}, {curve}, "
+              f"{run_dir.path / 'tensorboard'}, {run_dir.checkpoints}")
+    return 0
+
+
+def _resume_point(program: Any, checkpoints: Any, run_dir: Any, say: Callable[..., None]) -> Any:
+    """The checkpoint a resumed run continues from: the newest usable one, with a line for
+    each unusable one and for a newest one that metrics.csv shows was saved but is gone; or
+    ``None`` where none was due yet (a run killed before its first checkpoint starts again,
+    which is the same run). ``ConfigError`` where a checkpoint was due and none is usable,
+    or where metrics.csv is unusable and the checkpoint holds no rows to rebuild it from:
+    config.json and metrics.csv are left as they are then. Every process decides alike."""
+    import warnings
+
+    last_row, problem = run_dir.inspect_metrics()
+    every = run_dir.read_config()["checkpoint_every"]  # the interval the rows were written with
+    with warnings.catch_warnings(record=True) as unusable:
+        start = program.newest(checkpoints, allow_changes=RESUMABLE_CHANGES)
+    for warning in unusable:
+        say(f"jaxrl-frag: warning: {warning.message}", file=sys.stderr)
+    due = last_row // every * every  # the newest checkpoint the rows show was saved, 0 for none
+    damaged = [step for step in checkpoints.damaged_steps() if problem is not None or step <= last_row]
+    if start is None:
+        evidence = (f"metrics.csv has rows up to iteration {last_row}" if due else
+                    f"step {damaged[-1]} was moved to {checkpoints.damaged} as unusable" if damaged else None)
+        check(evidence is None, "checkpoint", str(checkpoints.directory),
+              f"holds no usable checkpoint although {evidence}; its rows are left as they are. To start the run over "
+              f"with them kept aside: jaxrl-frag resume {run_dir.path} --restart")
+        say(f"no checkpoint in {checkpoints.directory} yet: starting the run from iteration 0")
+        return None
+    if start.iteration < due and due not in damaged:
+        say(f"jaxrl-frag: warning: checkpoint step {due} is missing from {checkpoints.directory} (deleted, or never "
+            f"completed), although metrics.csv has rows up to iteration {last_row}; resuming from step "
+            f"{start.iteration}", file=sys.stderr)
+    check(problem is None or "rows" in start.meta, "run_dir", str(run_dir.path),
+          f"its metrics.csv {problem}, and checkpoint {start.iteration} holds no rows to rebuild it from; restore "
+          f"metrics.csv from a copy, or start the run over with its old rows kept aside: jaxrl-frag resume "
+          f"{run_dir.path} --restart")
+    return start
+
+
+class _Reporter:
+    """Writes each row of metrics (one per member in a population) and shows progress."""
+
+    def __init__(self, run_dir: Any, members: Members | None, algo: Any, done: int):
+        from jaxrl_frag.progress import Progress
+
+        self.run_dir, self.members = run_dir, members
+        steps = algo.steps_per_iteration
+        self.progress = Progress(algo.num_iterations * steps, initial=done * steps)
+
+    def __call__(self, row: dict[str, Any]) -> None:
+        for line in _member_rows(row, self.members):
+            self.run_dir.append_metrics(line)
+        self.progress.update(row if self.members is None else {k: float(np.nanmean(v)) for k, v in row.items()})
+
+    def close(self) -> None:
+        self.progress.close()
+
+
+def _member_rows(row: dict[str, Any], members: Members | None) -> list[dict[str, Any]]:
+    """A row of metrics as metrics.csv holds it: the row, or in a population one per member,
+    with the member's index, seed and setting."""
+    if members is None:
+        return [row]
+    return [{"member": i, "seed": seed, **setting, **{k: v[i] if np.ndim(v) else v for k, v in row.items()}}
+            for i, (setting, seed) in enumerate(members)]
+
+
+def _write_population_report(run_dir: Any, history: Any, members: Members,
+                             title: str) -> Path:
+    """The summary table per setting (printed, and saved as summary.md and summary.csv)
+    and the learning curves with 95% intervals; returns the plot's path."""
+    import csv
+
+    from jaxrl_frag import plots, summary
+
+    rows = summary.by_setting(history.last("episode_return"), members)
+    table = summary.markdown(rows)
+    print(table)
+    best = {k: v for k, v in rows[0].items() if k in members[0][0]}
+    print(f"best setting: {best or 'all members share one setting'} (mean final return {rows[0]['mean_return']:.2f})")
+    (run_dir.path / "summary.md").write_text(table + "\n")
+    with open(run_dir.path / "summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, [k for k in rows[0] if k != "members"], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    groups = [(", ".join(f"{k}={v:g}" for k, v in row.items() if k in members[0][0]) or "all seeds",
+               row["members"]) for row in rows]
+    curve = run_dir.path / "learning_curve.png"
+    plots.population_curves(history["env_steps"], history["episode_return"], groups, title).savefig(curve, dpi=120)
+    return curve
+
+
+def _quiet(*_: Any, **__: Any) -> None:
+    """``print`` on processes other than 0."""

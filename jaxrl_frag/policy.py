@@ -1,0 +1,185 @@
+"""The ``Policy`` seam: how a compiled program is placed on devices and run.
+
+A policy turns the program's state (its shape and which of its fields carry the
+environment batch, read from the fragment declarations) into shardings, sets how
+the framework primitives lower, and brings the ``Executor`` that compiles and runs
+the program under it: one SPMD program over its devices by default
+(``SpmdExecutor``), or anything else a policy needs (the actor/learner pipeline of
+``sharding.ActorLearner``). ``Program`` drives whichever executor it is given; it
+names no policy. ``SingleDevice``, the default, lives here; the distribution
+policies live in ``jaxrl_frag.sharding``, one file each.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import functools
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Sharding, SingleDeviceSharding
+
+from jaxrl_frag import costs, primitives, tracing
+from jaxrl_frag.algorithms import Algorithm
+from jaxrl_frag.chunking import Chunk, field_name, run_iterations
+from jaxrl_frag.collectives import audit
+from jaxrl_frag.explanation import Explanation
+from jaxrl_frag.graph import FragmentGraph
+
+PyTree = Any
+BatchAxes = Mapping[str, int]  # state field -> axis that carries the environment batch
+
+
+class Executor(Protocol):
+    """How a ``Program`` runs under its policy: compiled programs, the state's layout."""
+
+    state_shape: PyTree
+    state_sharding: PyTree
+
+    def init(self, key: np.ndarray) -> PyTree:
+        """The placed state at iteration 0 from a raw ``uint32[2]`` key."""
+        ...
+
+    def call(self, state: PyTree, chunk: Chunk, iterations: int, k: int, offset: int) -> tuple[
+            PyTree, Chunk, dict[str, Any], Any, Any, dict[str, Any]]:
+        """Up to ``iterations`` iterations from ``state``, continuing ``chunk`` (as
+        ``chunking.run_iterations``): the state, the chunk in progress, each metric's
+        rows of the chunks completed, their count, the iterations run and the finite
+        flags of the last."""
+        ...
+
+    def trace_step(self) -> Any:
+        """The jaxpr of one step under the policy's lowering (for the fragment graph)."""
+        ...
+
+    def algorithm_state(self, state: PyTree) -> PyTree:
+        """The algorithm's own state within a state of this executor."""
+        ...
+
+    def resumed(self, state: PyTree) -> PyTree:
+        """A restored state with ``Algorithm.resumed`` applied to the algorithm's part, placed."""
+        ...
+
+    def explain(self, compile_seconds: dict[str, float]) -> Explanation:
+        """What ``Program.explain`` shows: graph, placement, collectives, costs."""
+        ...
+
+
+class Policy(abc.ABC):
+    """Places a training program's state, chooses how the primitives lower, and brings
+    the executor that runs the program.
+
+    A policy is a frozen dataclass. ``name`` is what the command line's ``--policy``
+    calls it; the fields whose metadata has a ``help`` are its command-line settings
+    (``flag`` names the flag where it is not the field's name).
+    """
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    def shardings(self, state: PyTree, batch_axes: Callable[[], BatchAxes]) -> tuple[Sharding, PyTree]:
+        """The sharding of replicated values, and one sharding per leaf of ``state``
+        (shapes); ``batch_axes`` is called if the policy needs to know the batched fields."""
+
+    def lowering(self) -> primitives.Lowering:
+        """How the primitives lower under this policy."""
+        return primitives.Lowering()
+
+    def executor(self, algorithm: Algorithm, max_rows: int, check_finite: bool) -> Executor:
+        """Compile ``algorithm`` under this policy: one SPMD program over its devices."""
+        return SpmdExecutor(algorithm, self, max_rows, check_finite)
+
+    @property
+    def device_count(self) -> int:
+        """How many devices the program runs on."""
+        return 1
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """One line for ``explain``: the devices and how the program is spread on them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SingleDevice(Policy):
+    """Everything on one device (by default the first one)."""
+
+    name: ClassVar[str] = "single"
+    device: jax.Device | None = None
+
+    def shardings(self, state: PyTree, batch_axes: Callable[[], BatchAxes]) -> tuple[Sharding, PyTree]:
+        sharding = SingleDeviceSharding(self.device or jax.devices()[0])
+        return sharding, jax.tree.map(lambda _: sharding, state)
+
+    def describe(self) -> str:
+        device = self.device or jax.devices()[0]
+        return f"SingleDevice: {device.platform}:{device.id}"
+
+
+class SpmdExecutor:
+    """One program over the policy's whole mesh: ``run_iterations`` partitioned by
+    ``jax.jit`` with the policy's shardings."""
+
+    def __init__(self, algorithm: Algorithm, policy: Policy, max_rows: int, check_finite: bool):
+        self.algorithm, self.policy = algorithm, policy
+        key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+        count = jax.ShapeDtypeStruct((), jnp.int32)
+        rule = policy.lowering()
+        self._step_fn = tracing.under(rule, tracing.step)
+        self.state_shape = jax.eval_shape(tracing.init, algorithm, key)
+        self._replicated, self.state_sharding = policy.shardings(
+            self.state_shape, lambda: tracing.batch_axes(self.trace_step()))
+        rep, state = self._replicated, self.state_sharding
+        call = tracing.under(rule, functools.partial(run_iterations, max_rows=max_rows, check_finite=check_finite))
+        self._init = jax.jit(tracing.under(rule, tracing.init), in_shardings=(rep, rep),
+                             out_shardings=state).lower(algorithm, key).compile()
+        self._call = jax.jit(call, in_shardings=(rep, state, rep, rep, rep, rep),
+                             out_shardings=(state, rep, rep, rep, rep, rep), donate_argnums=(1,)).lower(
+            algorithm, self.state_shape, Chunk.empty(algorithm, self.state_shape), count, count, count).compile()
+
+    def init(self, key: np.ndarray) -> PyTree:
+        """The placed state at iteration 0 (``Executor.init``)."""
+        return self._init(self.algorithm, key)
+
+    def call(self, state: PyTree, chunk: Chunk, iterations: int, k: int, offset: int) -> tuple[
+            PyTree, Chunk, dict[str, Any], Any, Any, dict[str, Any]]:
+        """One call of the compiled ``run_iterations`` (``Executor.call``)."""
+        return self._call(self.algorithm, state, chunk, np.int32(iterations), np.int32(k), np.int32(offset))
+
+    def trace_step(self) -> Any:
+        """The jaxpr of one step under the policy's lowering."""
+        return jax.make_jaxpr(self._step_fn)(self.algorithm, self.state_shape)
+
+    def algorithm_state(self, state: PyTree) -> PyTree:
+        """``state`` itself: this executor's state is the algorithm's."""
+        return state
+
+    def resumed(self, state: PyTree) -> PyTree:
+        """``Algorithm.resumed`` of a restored state, placed."""
+        return jax.device_put(self.algorithm.resumed(state), self.state_sharding)
+
+    def explain(self, compile_seconds: dict[str, float]) -> Explanation:
+        """Compiles the single step once more, for XLA's per-iteration figures."""
+        traced = self.trace_step()
+        t0 = time.perf_counter()
+        rep, state = self._replicated, self.state_sharding
+        step = jax.jit(self._step_fn, in_shardings=(rep, state), out_shardings=(state, rep))
+        step = step.lower(self.algorithm, self.state_shape).compile()
+        step_seconds = time.perf_counter() - t0
+        return Explanation(FragmentGraph.from_jaxpr(traced), self._placement(), audit(step.as_text()),
+                           {"flops": float(costs.flops(traced)), **costs.xla_cost(step)}, costs.xla_memory(step),
+                           {**compile_seconds, "single step": step_seconds})
+
+    def _placement(self) -> str:
+        """The policy's own line, and which state fields are split where it has devices to split over."""
+        if self.policy.device_count == 1:
+            return self.policy.describe()
+        paths = jax.tree_util.tree_leaves_with_path(self.state_sharding)
+        split = {field_name(path[0]) for path, sharding in paths if path and not sharding.is_fully_replicated}
+        whole = {field_name(path[0]) for path, _ in paths if path} - split
+        return (f"{self.policy.describe()}\n  split over devices: {', '.join(sorted(split)) or 'nothing'}; "
+                f"whole on every device: {', '.join(sorted(whole)) or 'nothing'}")

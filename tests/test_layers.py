@@ -1,0 +1,129 @@
+"""The layers hold: every import in the package points down (or within a layer).
+
+    app         cli, run directory, plots, summaries, sweeps, the package's facade
+    recipes     algorithms written once
+    sharding    distribution policies, each with its executor
+    transforms  Algorithm -> Algorithm rewrites, transfer encodings
+    envs        environment families with declared capabilities
+    core        fragments, graph, tracing, algorithm base, primitives, program, policy seam,
+                explain, checkpoints
+
+The import graph is read from the source with ``ast`` (imports inside functions and
+under ``TYPE_CHECKING`` count too), with the folders mapped to subpackages as
+pyproject.toml maps them.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ("core", "envs", "transforms", "sharding", "recipes", "app")
+APP = {"jaxrl_frag", "jaxrl_frag.__main__", "jaxrl_frag.rundir", "jaxrl_frag.progress",
+       "jaxrl_frag.plots", "jaxrl_frag.summary", "jaxrl_frag.sweeps",
+       *(f"jaxrl_frag.cli{m}" for m in ("", ".algorithm", ".envs", ".explain", ".flags", ".parser", ".policies",
+                                        ".resume", ".runtime", ".signals", ".status", ".train"))}
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the package, by dotted name, from pyproject's packages and their
+    package-dir mapping (a package it does not map lies in its parent's folder)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = dict(config["package-dir"])
+    for package in sorted(config["packages"], key=lambda p: p.count(".")):
+        if package not in folders:
+            parent, _, leaf = package.rpartition(".")
+            folders[package] = f"{folders[parent]}/{leaf}"
+    found = {}
+    for package, folder in folders.items():
+        for path in sorted((ROOT / folder).glob("*.py")):
+            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+            found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _layer(module: str) -> str:
+    if module in APP:
+        return "app"
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "core"
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    """The package's modules that ``module`` imports (``from jaxrl_frag import envs`` names the subpackage)."""
+    out = set()
+    package = module if path.stem == "__init__" else module.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            out |= {f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names}
+    return {name for name in out if name in MODULES}
+
+
+def _violations() -> list[str]:
+    rank = {layer: i for i, layer in enumerate(LAYERS)}
+    found = []
+    for module, path in MODULES.items():
+        for target in sorted(_imports(module, path)):
+            if rank[_layer(target)] > rank[_layer(module)]:
+                found.append(f"{module} ({_layer(module)}) imports {target} ({_layer(target)})")
+    return found
+
+
+def test_imports_point_down_the_layers() -> None:
+    assert _violations() == []
+
+
+def test_the_check_sees_an_upward_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A core module that imported a recipe would be reported (the check can fail)."""
+    program = tmp_path / "program.py"
+    program.write_text(MODULES["jaxrl_frag.program"].read_text() + "\nfrom jaxrl_frag.recipes import ppo\n")
+    monkeypatch.setitem(MODULES, "jaxrl_frag.program", program)
+    assert _violations() == ["jaxrl_frag.program (core) imports jaxrl_frag.recipes.ppo (recipes)"]
+
+
+def test_every_subpackage_has_its_layer() -> None:
+    assert {_layer(m) for m in MODULES} == set(LAYERS)
+    assert _layer("jaxrl_frag.program") == "core" and _layer("jaxrl_frag.sharding.actor_learner") == "sharding"
+
+
+def _names(path: Path) -> set[str]:
+    return {n.id for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute)}
+
+
+def test_the_core_names_no_policy_and_only_envs_name_host_environments() -> None:
+    from jaxrl_frag import sharding
+
+    policies = {cls.__name__ for cls in sharding.POLICIES.values()} - {"SingleDevice"}  # the core's default
+    assert policies == {"DataParallel", "PopulationParallel", "ActorLearner"}
+    for module, path in MODULES.items():
+        names = _names(path)
+        if _layer(module) == "core":
+            assert not names & policies, f"{module} names {names & policies}"
+        if _layer(module) != "envs":
+            assert "HostEnv" not in names, f"{module} names HostEnv"
+
+
+def test_jax_internals_only_through_jax_extend() -> None:
+    """No module imports ``jax._src`` (or its re-exports of internals): they change between jax versions."""
+    for module, path in MODULES.items():
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                imported |= {node.module or ""} | {f"{node.module}.{alias.name}" for alias in node.names}
+        internal = {name for name in imported if name.startswith(("jax._src", "jax.interpreters", "jaxlib"))}
+        assert not internal, f"{module} imports {sorted(internal)}"

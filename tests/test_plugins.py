@@ -1,0 +1,190 @@
+"""Plugins: a package of a user's own (tests/plugin_example: a REINFORCE recipe and a chain
+environment, declared in the entry-point groups ``jaxrl_frag.recipes`` and
+``jaxrl_frag.envs``), installed into a temporary directory, is picked up by every command
+of the real command line; a plugin that fails to load is one line naming its entry point,
+and breaks no command that does not use it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jaxrl_frag.cli import main
+
+EXAMPLE = Path(__file__).with_name("plugin_example")
+SCRIPT = Path(sys.executable).parent / "jaxrl-frag"
+# a second package whose module is missing (a plugin whose dependency is not installed, say)
+BROKEN = {"broken_plugin-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n",
+          "broken_plugin-0.1.dist-info/entry_points.txt": "[jaxrl_frag.recipes]\nbroken = not_a_module.anywhere:Algo\n\n"
+                                                         "[jaxrl_frag.envs]\nBroken-v0 = not_a_module.anywhere:make\n"}
+# 16 iterations of 8 x 16 steps, a row every 4
+TRAIN = ["train", "reinforce", "--env", "chain:5", "--num-envs", "8", "--num-steps", "16", "--total-steps", "2048",
+         "--chunk-iterations", "4"]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example plugin installed (from a copy: building writes into the source tree)
+    into a directory of its own, with the broken package beside it."""
+    root = tmp_path_factory.mktemp("plugins")
+    source, target = root / "source", root / "site"
+    shutil.copytree(EXAMPLE, source)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
+                    str(target), str(source)], check=True, timeout=300, capture_output=True)
+    for name, text in BROKEN.items():
+        (target / name).parent.mkdir(exist_ok=True)
+        (target / name).write_text(text)
+    return target
+
+
+def cli(site: Path, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``jaxrl-frag ARGV`` (the console script) with the plugins' directory on PYTHONPATH."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([str(SCRIPT), *argv], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+
+
+def test_envs_lists_the_plugins_ids_and_families_without_loading_them(site: Path) -> None:
+    proc = cli(site, "envs")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "Chain-v0" in lines and "Broken-v0" in lines and "CartPole-v1" in lines
+    (family,) = [line for line in lines if line.startswith("chain:<id>")]
+    assert "jaxrl-frag-example-plugin" in family and "frag_example.chain:make_chain" in family
+
+
+def test_a_plugin_recipe_trains_on_a_plugin_env_resumes_and_explains(site: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = cli(site, *TRAIN, "--baseline", "standardize", "--max-grad-norm", "1", "--logit-range=-5,5",
+               "--run-dir", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert "reinforce on chain:5: 16 iterations of 128 steps" in proc.stdout and "final mean episode return" in proc.stdout
+    config = json.loads((run_dir / "config.json").read_text())
+    assert (config["recipe"], config["env"], config["baseline"]) == ("reinforce", "chain:5", "standardize")
+    assert config["logit_range"] == [-5.0, 5.0] and config["max_grad_norm"] == 1.0
+    assert config["settings"]["logit_range"] == [-5.0, 5.0] and config["settings"]["baseline"] == "standardize"
+
+    proc = cli(site, "resume", str(run_dir), "--override", "total_steps=3072")  # the finished run trains on
+    assert proc.returncode == 0, proc.stderr
+    with open(run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["iteration"]) for r in rows] == [4, 8, 12, 16, 20, 24]
+    assert float(rows[-1]["env_steps"]) == 3072 and {"loss", "entropy", "episode_return"} <= set(rows[0])
+    assert json.loads((run_dir / "config.json").read_text())["logit_range"] == [-5.0, 5.0]
+
+    proc = cli(site, "explain", "reinforce", "--env", "Chain-v0", "--policy", "data-parallel", "--devices", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "actor.rollout" in proc.stdout and "learner.learn" in proc.stdout
+    assert "DataParallel: environment batch split over 2 cpu devices" in proc.stdout
+
+
+def test_a_plugin_that_fails_to_load_is_one_line_naming_its_entry_point(site: Path) -> None:
+    for argv, entry_point in ((["train", "broken", "--env", "Chain-v0"], "broken = not_a_module.anywhere:Algo"),
+                              (["train", "ppo", "--env", "Broken-v0"], "Broken-v0 = not_a_module.anywhere:make")):
+        proc = cli(site, *argv)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert lines[0].startswith("jaxrl-frag: error: ") and entry_point in lines[0], proc.stderr
+        assert "package broken-plugin 0.1" in lines[0] and "No module named 'not_a_module'" in lines[0]
+    proc = cli(site, "train", "--help")  # the other recipes, the working plugin's among them, are listed
+    assert proc.returncode == 0, proc.stderr
+    assert "REINFORCE: the policy gradient" in proc.stdout and "fails to load" in proc.stdout
+
+
+@pytest.fixture
+def installed(site: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The plugins visible to ``main`` in this process, for this test only."""
+    from jaxrl_frag import recipes
+    from jaxrl_frag.envs import registry
+
+    monkeypatch.syspath_prepend(str(site))
+    recipes.plugins.cache_clear()
+    registry.plugins.cache_clear()
+    yield
+    recipes.plugins.cache_clear()
+    registry.plugins.cache_clear()
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["--baseline", "best"], ["--baseline: invalid choice: 'best'", "'none', 'mean', 'standardize'"]),
+    (["--logit-range", "1,2,3"], ["--logit-range: '1,2,3' is not 2 comma-separated numbers"]),
+    (["--logit-range", "low,high"], ["--logit-range: 'low,high' is not 2 comma-separated numbers"]),
+    (["--logit-range=5,-5"], ["logit_range=(5.0, -5.0)", "LOW < HIGH"]),
+    (["--max-grad-norm=-1"], ["max_grad_norm=-1.0", "none for no clipping"]),
+    (["--max-grad-norm", "x"], ["--max-grad-norm: invalid float value: 'x'"]),
+    (["--env", "chain:x"], ["env='chain:x'", "chain:<cells>"]),
+    (["--env", "Chain-v1"], ["env='Chain-v1'", "did you mean Chain-v0", "chain:<id>"]),
+])
+def test_a_plugin_recipes_generated_flags_refuse_bad_values(installed: None, argv: list[str], expected: list[str],
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        status = main([*TRAIN, *argv])
+    except SystemExit as exit_:
+        status = exit_.code
+    err = capsys.readouterr().err
+    assert status == 2, err
+    for text in expected:
+        assert text in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 2
+
+
+def test_an_optional_setting_reads_none(installed: None, capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["explain", "reinforce", "--env", "chain:4", "--max-grad-norm", "none", "--baseline", "none"])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert "reinforce on chain:4: 256 environment steps per iteration" in out
+
+
+ODD_RECIPES = '''
+from flax import struct
+
+from jaxrl_frag.algorithms import static_field
+from jaxrl_frag.recipes import PPO
+
+
+@struct.dataclass
+class Odd(PPO):
+    """A recipe with a setting of a type no flag reads."""
+
+    table: dict = static_field(None, help="a table")
+
+
+@struct.dataclass
+class Clash(PPO):
+    """A recipe with a setting named as one of the command line's own flags."""
+
+    seeds: int = static_field(1, help="seeds of its own")
+'''
+
+
+def test_a_plugin_recipe_whose_settings_cannot_be_flags_breaks_only_its_own_command(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import EntryPoint
+
+    from jaxrl_frag import recipes
+
+    (tmp_path / "odd_recipes.py").write_text(ODD_RECIPES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = {name: EntryPoint(name, f"odd_recipes:{cls}", recipes.PLUGIN_GROUP) for name, cls in
+             (("odd", "Odd"), ("clash", "Clash"))}
+    monkeypatch.setattr(recipes, "plugins", lambda: found)
+    for name, expected in (("odd", "recipe='Odd': Odd.table cannot be a command-line flag"),
+                           ("clash", "recipe='Clash': a setting's flag clashes with the command line's own")):
+        assert main(["train", name, "--env", "CartPole-v1"]) == 2
+        err = capsys.readouterr().err
+        assert expected in err and len(err.strip().splitlines()) == 1, err
+    assert main(["train", "ppo", "--env", "CartPole-v1", "--total-steps", "100"]) == 2  # the others read as ever
+    assert "total_steps=100" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "A recipe with a setting of a type no flag reads" in out and "odd" in out and "clash" in out
