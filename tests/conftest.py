@@ -22,7 +22,7 @@ CACHE_DIR = os.environ.setdefault(
 # the same settings as the CLI's (jaxrl_frag.cli.runtime.enable_compilation_cache), as environment variables so
 # that the processes the tests start inherit them: multi-process workers and notebook kernels set no cache themselves
 os.environ["JAX_COMPILATION_CACHE_DIR"] = CACHE_DIR
-os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.5"
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.5"  # below it, compiling beats reading back
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
@@ -32,6 +32,8 @@ import jaxrl_frag as jf  # noqa: E402
 # jax read the variables above when it was imported; set here as well in case a plugin imported it first
 jax.config.update("jax_compilation_cache_dir", CACHE_DIR)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+# a whole suite's programs take about 50 MB; past this the oldest entries go, when a session starts
+CACHE_BYTES = 2 * 2**30
 
 # marked here rather than in the module (see the markers in pyproject.toml): modules of real processes throughout,
 # and every test that reads the 5e5-step yardstick run
@@ -41,11 +43,25 @@ SLOW_MODULES = ("test_multiprocess.py", "test_packaging.py")
 FIRST_MODULES = ("test_host_envs.py",)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput"):  # a pytest-xdist worker: the controller has pruned
+        return
+    entries = sorted((p.stat().st_mtime, p.stat().st_size, p) for p in Path(CACHE_DIR).glob("*") if p.is_file())
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in entries:
+        if total <= CACHE_BYTES:
+            break
+        path.unlink(missing_ok=True)
+        total -= size
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name in SLOW_MODULES or "cartpole_run" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: item.path.name not in FIRST_MODULES)  # stable: each module's order kept
+    # the longest modules first, those holding slow or learning tests, each module's tests together and in order
+    long = {item.path for item in items if item.get_closest_marker("slow") or item.get_closest_marker("learning")}
+    items.sort(key=lambda item: (item.path.name not in FIRST_MODULES, item.path not in long))
 
 
 @pytest.fixture(scope="session")

@@ -98,6 +98,7 @@ def test_state_lives_on_the_two_groups(lagged_program: jf.Program) -> None:
     assert batched.shape[0] == 8 and batched.addressable_shards[0].data.shape[0] == 4
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize("recipe, steps, threshold", [("PPO", 500_000, 450), ("IMPALA", 1_000_000, 400)])
 def test_learns_cartpole_with_one_step_lag(recipe: str, steps: int, threshold: float) -> None:
     # random play scores about 22; the recipes reach 500 under SingleDevice

@@ -50,6 +50,7 @@ def test_local_shuffling_with_several_minibatches_differs_from_single_device(sin
     assert max(float(np.abs(x - y).max()) for x, y in zip(local, single_reference[4], strict=True)) > 1e-4
 
 
+@pytest.mark.learning
 def test_local_shuffling_learns_cartpole() -> None:
     # the yardstick's settings over 4 devices, one environment each; same threshold as SingleDevice
     algo = jf.recipes.PPO.create("CartPole-v1", total_steps=500_000)

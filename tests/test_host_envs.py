@@ -111,6 +111,7 @@ def _workers_of(pid: int) -> list[int]:
     return sorted(found)
 
 
+@pytest.mark.slow
 def test_a_killed_worker_stops_the_run_naming_its_environments(tmp_path: Path) -> None:
     """SIGKILL one of four workers mid-run: the CLI exits with status 4 within seconds,
     naming the worker's environments, without a traceback; the other workers are gone,
@@ -141,6 +142,7 @@ def test_a_killed_worker_stops_the_run_naming_its_environments(tmp_path: Path) -
     assert (run_dir / "checkpoints" / "8").exists()
 
 
+@pytest.mark.learning
 def test_ppo_learns_gymnasium_cartpole() -> None:
     """The recipe's CartPole settings but for 8 environments of 64 steps (the batch and
     update count of its 4 of 128), in 2 workers and 2 ring groups."""
@@ -149,6 +151,7 @@ def test_ppo_learns_gymnasium_cartpole() -> None:
     assert history.last("episode_return") >= 475
 
 
+@pytest.mark.learning
 def test_ppo_improves_on_an_atari_game() -> None:
     """KungFuMaster with the standard preprocessing and Mnih et al.'s network: a uniformly
     random policy scores 401 +- 33 (100 games, ``benchmarks/RESULTS.md``); after 40,960

@@ -9,12 +9,14 @@ import pytest
 import jaxrl_frag as jf
 
 
+@pytest.mark.learning
 def test_ppo_cartpole_reaches_475_within_5e5_steps(cartpole_run: jf.History) -> None:
     assert cartpole_run.final["env_steps"] <= 500_000
     # the last chunk: 16 iterations, the final 8192 steps; a random policy scores about 22
     assert cartpole_run.final["episode_return"] >= 475, cartpole_run["episode_return"][-10:]
 
 
+@pytest.mark.learning
 def test_continuous_ppo_pendulum_beats_random_by_far() -> None:
     # random policy: about -1200. Budget: 3e5 steps (16 envs x 256 steps x 73 iterations).
     algo = jf.recipes.PPO.create("Pendulum-v1", total_steps=300_000)
@@ -30,6 +32,7 @@ def last_rows(history: jf.History, rows: int) -> float:
     return float(np.mean(returns[np.isfinite(returns)][-rows:]))
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize(("recipe", "budget", "threshold"), [
     # double DQN, 8 envs, 8 updates of 128 per 64 steps, target every 25 updates; 4 seeds measured 500, 500, 490, 500
     ("DQN", 200_000, 400),
@@ -44,6 +47,7 @@ def test_cartpole_at_the_recipes_defaults_reaches_the_threshold(recipe: str, bud
     assert last_rows(history, 5) >= threshold, history["episode_return"]
 
 
+@pytest.mark.learning
 def test_sac_pendulum_beats_random_by_far_within_12k_steps() -> None:
     # random policy: about -1200; seeds 0-2 measured -150, -225, -89 at this budget
     algo = jf.recipes.SAC.create("Pendulum-v1", total_steps=12_000)
@@ -59,6 +63,7 @@ def test_the_last_return_skips_a_short_last_row_without_episode_ends() -> None:
     np.testing.assert_array_equal(population.last("episode_return"), [1.0, 3.0])
 
 
+@pytest.mark.learning
 def test_ppo_keeps_the_brax_inverted_pendulum_up() -> None:
     # PPO's brax: defaults (64 envs x 32 steps, Brax's "generalized" physics) for 3e5 steps; the time
     # limit is 1000 steps. Uniformly random actions keep the pole up 5.7 steps on average (5,580

@@ -24,6 +24,7 @@ def test_every_notebook_is_tested_and_stored_without_outputs() -> None:
                 assert cell.outputs == [] and cell.execution_count is None, f"{path.name} holds outputs"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BUDGETS))
 def test_notebook_runs_top_to_bottom(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JAXRL_FRAG_NOTEBOOK_STEPS", str(BUDGETS[name]))

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from saved_state import read_state
 
+pytestmark = pytest.mark.slow  # real processes, each training for seconds
 WORKER = Path(__file__).with_name("resume_worker.py")
 # 200 iterations of 4 x 128 steps, a row every 4 iterations, a checkpoint every 20
 TRAIN = ["train", "ppo", "--env", "CartPole-v1", "--total-steps", "102400", "--chunk-iterations", "4",

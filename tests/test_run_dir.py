@@ -351,6 +351,7 @@ def test_two_trains_into_one_new_directory_one_refused(tmp_path: Path) -> None:
     assert [p.name for p in new.iterdir()] == ["config.json"]  # the first run's file kept, the lock released
 
 
+@pytest.mark.slow
 def test_concurrent_resumes_one_refused_naming_the_other(run: Path) -> None:
     """Two resumes of one run at once: one trains, the other exits 2 naming it; the rows
     stay in order with none twice."""
@@ -389,6 +390,7 @@ def _small_disk(path: Path, size: str) -> Iterator[Callable[[], None] | None]:
         subprocess.run(["umount", "-l", str(path)], check=True)
 
 
+@pytest.mark.slow
 def test_a_full_disk_stops_the_run_with_status_5_and_it_resumes_to_the_same_run(finished: Path, tmp_path: Path) -> None:
     """The disk fills after the first checkpoint: exit 5, one paragraph naming the path, no
     traceback; with room again, ``resume`` ends where an uninterrupted run does, bitwise."""
