@@ -1,13 +1,20 @@
 """Adaptive actor boosting against fixed actor counts: PPO under one environment-step
 budget, five strategies, seeds as populations.
 
-    python benchmarks/boost.py --env CartPole-v1 [--seeds 5] [--budget 5e5] [--ladder 8,16,32,64] [--out DIR]
+    python benchmarks/boost.py --env CartPole-v1 [--seeds 5] [--budget 5e5] [--ladder 8,16,32,64]
+        [--minibatches size|count] [--out DIR]
 
 Strategies: ``fixed-small`` and ``fixed-large`` (plain PPO at the ladder's bottom and
-top environment counts, for the whole budget), ``nitro``, ``gns`` and ``random``
-(``jaxrl_frag.transforms.boost``). Every strategy's seeds run as one population. The rounds'
-device-seconds come from ``boost.calibrate`` on this machine (each rung's actor,
-learner and probe fragments timed alone), the same table for every strategy.
+top environment counts, for the whole budget, at the recipe's minibatch count), ``nitro``, ``gns`` and ``random``
+(``jaxrl_frag.transforms.boost``), whose rungs keep the bottom rung's minibatch size
+(``--minibatches size``, the default) or the recipe's minibatch count (``count``).
+Every strategy's seeds run as one population. The rounds' device-seconds come from
+``boost.calibrate`` on this machine (each rung's actor, learner and probe fragments
+timed alone), one table for the boosted strategies and, where their rungs keep the
+minibatch size, another at the recipe's count for the fixed ones. Also on request
+(not among the defaults): ``fixed-large-size``, plain PPO at the top count with the
+bottom rung's minibatch size (the recipe's count times top / bottom), the boosted top
+rung run alone.
 
 Reported per strategy: the final return (each seed's mean episode return over its
 last 10% of the budget; mean over seeds with a 95% bootstrap interval), environment
@@ -15,7 +22,8 @@ steps and device-seconds spent (means over seeds), and the environment steps at 
 the seeds' mean return curve (a moving average) first reaches fixed-large's final
 return, as a fraction of fixed-large's steps (Nitro's claim: at most 0.6). Writes
 ``boost-ENV.json`` and ``boost-ENV.png`` (return against environment steps for each
-strategy, the actor count underneath) to ``--out``, and prints a Markdown table.
+strategy, the actor count underneath) to ``--out``, and prints a Markdown table and
+each seed's final return.
 """
 
 from __future__ import annotations
@@ -36,21 +44,35 @@ from jaxrl_frag.summary import bootstrap_ci
 from jaxrl_frag.transforms import Population, boost
 
 STRATEGIES = ("fixed-small", "fixed-large", "nitro", "gns", "random")
+EXTRA = ("fixed-large-size",)
 GRID = 200  # points of the common environment-step axis the seeds' curves are read on
 
 
+def table_of(strategy: str, minibatches: str) -> str:
+    """Which calibration a strategy's rounds are priced by: that of rungs keeping the
+    minibatch ``size`` or the ``count``."""
+    if strategy in ("fixed-small", "fixed-large"):
+        return "count"
+    return "size" if strategy == "fixed-large-size" else minibatches
+
+
 def run_strategy(strategy: str, env: str, ladder: tuple[int, ...], budget: int, seeds: int,
-                 seconds: np.ndarray, overrides: dict[str, Any]) -> dict[str, Any]:
+                 tables: dict[str, np.ndarray], overrides: dict[str, Any], minibatches: str = "size") -> dict[str, Any]:
     """One strategy's population: per seed, its curve (env steps, return, actors), and
     the compile and run wall times."""
+    seconds = tables[table_of(strategy, minibatches)]
     if strategy.startswith("fixed"):
         count = ladder[0] if strategy == "fixed-small" else ladder[-1]
-        algo = PPO.create(env, **overrides, num_envs=count, total_steps=budget)
+        settings = {**overrides, "num_envs": count, "total_steps": budget}
+        if strategy == "fixed-large-size":
+            settings["num_minibatches"] = PPO.create(env, **settings).num_minibatches * ladder[-1] // ladder[0]
+        algo = PPO.create(env, **settings)
         round_seconds = seconds[ladder.index(count), :2].sum()
     else:
         table = seconds if strategy in boost.PROBING else seconds * np.array([1, 1, 0])
         top = PPO.create(env, **overrides, num_envs=ladder[-1], total_steps=budget)
-        algo = boost.Boosted.create(top, round_seconds=table, strategy=strategy, ladder=ladder, budget_steps=budget)
+        algo = boost.Boosted.create(top, round_seconds=table, strategy=strategy, ladder=ladder, budget_steps=budget,
+                                    minibatches=minibatches)
     t0 = time.perf_counter()
     program = jf.compile(Population.of([algo] * seeds, list(range(seeds))), chunk_iterations=1)
     compile_s = time.perf_counter() - t0
@@ -141,6 +163,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=5e5, help="environment steps per seed")
     parser.add_argument("--ladder", default="8,16,32,64")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--minibatches", choices=boost.MINIBATCHES, default=boost.Boosted.defaults()["minibatches"],
+                        help="what the boosted strategies' rungs keep: the bottom rung's minibatch size, or the count")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a PPO setting for every strategy, e.g. torso=mlp")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/boost"))
@@ -151,25 +175,32 @@ def main() -> None:
                  for k, v in (s.split("=", 1) for s in args.set)}
     args.out.mkdir(parents=True, exist_ok=True)
 
-    t0 = time.perf_counter()
-    probe = boost.Boosted.create(PPO.create(args.env, **overrides, num_envs=ladder[-1], total_steps=budget),
-                                 strategy="nitro", ladder=ladder, budget_steps=budget)
-    seconds = np.asarray(boost.calibrate(probe).round_seconds)
-    share = seconds[:, 2] / seconds.sum(axis=1)
-    print(f"calibrated in {time.perf_counter() - t0:.0f} s on {jax.devices()[0].platform}; per round (actor, learner, "
-          f"probe seconds) at rungs {ladder}: {np.round(seconds, 4).tolist()}; probe share {np.round(share, 3).tolist()}",
-          flush=True)
+    strategies = args.strategies.split(",")
+    unknown = sorted(set(strategies) - set(STRATEGIES) - set(EXTRA))
+    if unknown:
+        parser.error(f"unknown strategies {unknown}; they are {', '.join(STRATEGIES + EXTRA)}")
+    tables: dict[str, np.ndarray] = {}
+    for minibatches in sorted({table_of(s, args.minibatches) for s in strategies}, reverse=True):
+        t0 = time.perf_counter()
+        probe = boost.Boosted.create(PPO.create(args.env, **overrides, num_envs=ladder[-1], total_steps=budget),
+                                     strategy="nitro", ladder=ladder, budget_steps=budget, minibatches=minibatches)
+        tables[minibatches] = seconds = np.asarray(boost.calibrate(probe).round_seconds)
+        print(f"calibrated rungs keeping the minibatch {minibatches} in {time.perf_counter() - t0:.0f} s on "
+              f"{jax.devices()[0].platform}; per round (actor, learner, probe seconds) at rungs {ladder}: "
+              f"{np.round(seconds, 4).tolist()}; probe share {np.round(seconds[:, 2] / seconds.sum(axis=1), 3).tolist()}",
+              flush=True)
 
     results: dict[str, dict[str, Any]] = {}
-    for strategy in args.strategies.split(","):
-        results[strategy] = run_strategy(strategy, args.env, ladder, budget, args.seeds, seconds, overrides)
+    for strategy in strategies:
+        results[strategy] = run_strategy(strategy, args.env, ladder, budget, args.seeds, tables, overrides,
+                                         args.minibatches)
         r = results[strategy]
         print(f"{strategy}: compiled {r['compile_s']:.0f} s, ran {r['run_s']:.0f} s, {r['rounds']} rounds", flush=True)
-        report(results, args, ladder, budget, overrides, seconds, share)  # after each: a cut-short run keeps its results
+        report(results, args, ladder, budget, overrides, tables)  # after each: a cut-short run keeps its results
 
 
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, ladder: tuple[int, ...], budget: int,
-           overrides: dict[str, Any], seconds: np.ndarray, share: np.ndarray) -> None:
+           overrides: dict[str, Any], tables: dict[str, np.ndarray]) -> None:
     """Print the table and write the JSON record and the plot."""
     grid = np.linspace(0, budget, GRID + 1)[1:]
     summary = {name: summarize(r, budget) for name, r in results.items()}
@@ -178,7 +209,8 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, ladder:
         for name, r in results.items():
             reach = steps_to_reach(r, target, grid, smooth=GRID // 20)
             summary[name] |= {"steps_to_fixed_large": reach, "fraction_of_fixed_large": reach / budget}
-    print(f"\nPPO on {args.env}, budget {budget:.3g} steps per seed, {args.seeds} seeds, ladder {ladder}\n")
+    print(f"\nPPO on {args.env}, budget {budget:.3g} steps per seed, {args.seeds} seeds, ladder {ladder}, "
+          f"boosted rungs keep the minibatch {args.minibatches}\n")
     print("| strategy | final return (95% CI) | env steps | device-seconds | mean actors | steps to fixed-large's "
           "final (fraction) |")
     print("|---|---|---|---|---|---|")
@@ -187,10 +219,17 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, ladder:
         print(f"| {name} | {s['final_mean']:.1f} [{s['ci_low']:.1f}, {s['ci_high']:.1f}] | {s['env_steps']:.3g} | "
               f"{s['device_seconds']:.1f} | {s['mean_actors']:.1f} | "
               + ("never" if np.isnan(reach) else f"{reach:.3g} ({s['fraction_of_fixed_large']:.2f})") + " |")
+    print()
+    for name, s in summary.items():
+        print(f"{name}: final return per seed {', '.join(f'{x:.1f}' for x in s['finals'])}")
     stem = f"boost-{args.env}"
     plot(results, grid, args.env).savefig(args.out / f"{stem}.png", dpi=120)
     record = {"env": args.env, "budget": budget, "seeds": args.seeds, "ladder": ladder, "overrides": overrides,
-              "platform": jax.devices()[0].platform, "round_seconds": seconds.tolist(), "probe_share": share.tolist(),
+              "minibatches": args.minibatches, "platform": jax.devices()[0].platform,
+              **{("round_seconds" if m == args.minibatches else f"round_seconds_{m}"): t.tolist()
+                 for m, t in tables.items()},
+              **{("probe_share" if m == args.minibatches else f"probe_share_{m}"): (t[:, 2] / t.sum(axis=1)).tolist()
+                 for m, t in tables.items()},
               "summary": summary,
               "curves": {name: {k: np.asarray(r[k]).tolist() for k in ("steps", "returns", "actors")}
                          for name, r in results.items()}}

@@ -32,7 +32,8 @@ def measure(contender: str, env: str, budget: int) -> dict[str, float]:
     from jaxrl_frag.transforms import boost
 
     recipe = PPO.create(env, num_envs=64, total_steps=budget)
-    algo = recipe if contender == "plain" else boost.Boosted.create(recipe, strategy="fixed", budget_steps=budget)
+    algo = recipe if contender == "plain" else boost.Boosted.create(recipe, strategy="fixed", budget_steps=budget,
+                                                                              minibatches="count")
     t0 = time.perf_counter()
     program = jf.compile(algo, chunk_iterations=1)
     compile_s = time.perf_counter() - t0

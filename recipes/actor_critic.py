@@ -22,7 +22,7 @@ from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes.advantages import gae
-from jaxrl_frag.recipes.networks import ActorCritic
+from jaxrl_frag.recipes.networks import ACTIVATIONS, ActorCritic
 from jaxrl_frag.recipes.recipe import Recipe
 from jaxrl_frag.recipes.rollout import collect
 
@@ -73,6 +73,8 @@ class ActorCriticRecipe(Recipe):
                                            "observations (H, W, C)), atari (Mnih et al.'s convolutions and 512 units "
                                            "shared by linear heads; for images of at least 36x36), mlp (the MLPs "
                                            "alone) or auto (atari for images of at least 36x36, cnn for smaller ones)")
+    activation: str = static_field("tanh", help="the MLPs' hidden activation: tanh or relu (the atari torso is "
+                                                "ReLU throughout)")
     anneal_lr: bool = static_field(True, help="anneal the learning rate linearly to zero over the run")
     normalize_obs: bool = static_field(False, help="standardise observations with running statistics")
     scale_reward: bool = static_field(False, help="divide rewards by the running std of the discounted return")
@@ -100,6 +102,7 @@ class ActorCriticRecipe(Recipe):
         super().validate(s)
         check(s["torso"] in TORSOS, "torso", s["torso"],
               f"choose one of {', '.join(TORSOS)} (auto: atari or cnn for image observations, else mlp)")
+        check(s["activation"] in ACTIVATIONS, "activation", s["activation"], f"choose one of {', '.join(ACTIVATIONS)}")
         for name in ("ent_coef", "vf_coef"):
             check(s[name] >= 0, name, s[name], "must be zero or positive")
         if s["anneal_lr"]:  # the schedule reads the optimizer's update count
@@ -134,7 +137,7 @@ class ActorCriticRecipe(Recipe):
     def network(self) -> ActorCritic:
         space = self.env.action_space
         action_dim = int(np.prod(space.shape)) if self.continuous else space.n
-        return ActorCritic(action_dim, self.hidden, self.continuous, self.network_torso)
+        return ActorCritic(action_dim, self.hidden, self.continuous, self.network_torso, self.activation)
 
     def learning_rate(self, update: jax.Array) -> jax.Array:
         """The learning rate of optimizer update number ``update``: annealed linearly to

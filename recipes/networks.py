@@ -67,6 +67,9 @@ def _dense(features: int, scale: float = np.sqrt(2), **kwargs: str) -> nn.Dense:
     return nn.Dense(features, kernel_init=nn.initializers.orthogonal(scale), **kwargs)
 
 
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": jnp.tanh, "relu": nn.relu}
+
+
 class MLP(nn.Module):
     """MLP (tanh by default) with orthogonal initialisation; the last layer scaled by ``out_scale``.
 
@@ -121,14 +124,16 @@ class ActorCritic(nn.Module):
     hidden: Sequence[int]
     continuous: bool
     torso: str = "mlp"
+    activation: str = "tanh"  # of the MLPs' hidden layers: a name in ACTIVATIONS
 
     def setup(self) -> None:
         if self.torso == "atari":
             self.shared = AtariTorso()
             self.pi, self.v = _dense(self.action_dim, 0.01), _dense(1, 1.0)
         else:
-            self.pi = MLP(self.hidden, self.action_dim, 0.01, conv=self.torso == "cnn")
-            self.v = MLP(self.hidden, 1, 1.0, conv=self.torso == "cnn")
+            activation, conv = ACTIVATIONS[self.activation], self.torso == "cnn"
+            self.pi = MLP(self.hidden, self.action_dim, 0.01, activation, conv)
+            self.v = MLP(self.hidden, 1, 1.0, activation, conv)
         if self.continuous:
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
 

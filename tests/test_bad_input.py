@@ -52,8 +52,10 @@ CASES = [
     # actor boosting
     ([*TRAIN, "--boost", "turbo"], ["--boost", "invalid choice: 'turbo'", "nitro"]),
     ([*TRAIN, "--boost", "nitro", "--boost-ladder", "64,8"], ["boost_ladder='64,8'", "ascending"]),
-    ([*TRAIN, "--boost", "nitro", "--num-minibatches", "3", "--boost-ladder", "3,7,9"],
+    ([*TRAIN, "--boost", "nitro", "--boost-minibatches", "count", "--num-minibatches", "3", "--boost-ladder", "3,7,9"],
      ["boost_ladder=7", "num_minibatches=3", "choose one of"]),
+    ([*TRAIN, "--boost", "nitro", "--num-minibatches", "1", "--boost-ladder", "4,6"],
+     ["boost_ladder='4,6'", "not a whole number", "--boost-minibatches count"]),
     ([*TRAIN, "--boost", "nitro", "--num-envs", "8"], ["num_envs=8", "--boost-ladder", "drop --num-envs"]),
     ([*TRAIN, "--boost", "fixed", "--boost-fixed-actors", "24"], ["boost_fixed_actors=24", "rung of the ladder"]),
     ([*TRAIN, "--boost", "nitro", "--budget-steps", "100"], ["budget_steps=100", "one round at the bottom rung"]),

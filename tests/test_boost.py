@@ -1,12 +1,14 @@
 """Adaptive actor boosting: the curvature and noise probes against exact values, rung
 switches that keep every environment's state, a forced rung equal to the fixed run,
-the controller's rule, budgets that end the run, and the controller in checkpoints."""
+the rungs' minibatches (their size kept, or their count) and the ladders refused, the
+controller's rule, budgets that end the run, and the controller in checkpoints."""
 
 from __future__ import annotations
 
 import csv
 import itertools
 import json
+import re
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +20,8 @@ import jaxrl_frag as jf
 from jaxrl_frag import curvature
 from jaxrl_frag.checkpoints import Checkpoints
 from jaxrl_frag.cli import main
-from jaxrl_frag.recipes import PPO
+from jaxrl_frag.errors import ConfigError
+from jaxrl_frag.recipes import IMPALA, PPO
 from jaxrl_frag.transforms import boost
 
 LADDER = (2, 4, 8)
@@ -75,14 +78,18 @@ def test_gradient_noise_terms_are_unbiased() -> None:
         assert error <= 4 * float(estimates.std()) / np.sqrt(len(estimates)), (float(estimates.mean()), expected)
 
 
-def test_a_run_forced_to_one_rung_equals_the_fixed_run() -> None:
-    """``fixed`` at 4 of (2, 4, 8) environments, against plain PPO with 4 environments and
-    the same budget: the same rows, parameters, environments and observations, bitwise;
-    the pool's other environments untouched since the start."""
+@pytest.mark.parametrize(("minibatches", "count"), [("size", 4), ("count", 2)])
+def test_a_run_forced_to_one_rung_equals_the_fixed_run(minibatches: str, count: int) -> None:
+    """``fixed`` at 4 of (2, 4, 8) environments, against plain PPO with 4 environments, the
+    rung's minibatch count (``size``: 4, twice the bottom rung's 2, so that a minibatch is
+    the bottom rung's 16 samples; ``count``: the given 2) and the same budget: the same
+    rows, parameters, environments and observations, bitwise; the pool's other
+    environments untouched since the start."""
     budget = 4 * 16 * 6
-    plain = small_ppo(num_envs=4, total_steps=budget, anneal_lr=False)
+    plain = small_ppo(num_envs=4, num_minibatches=count, total_steps=budget, anneal_lr=False)
     boosted = boost.Boosted.create(small_ppo(anneal_lr=False), strategy="fixed", fixed_actors=4, ladder=LADDER,
-                                   budget_steps=budget)
+                                   budget_steps=budget, minibatches=minibatches)
+    assert boosted.rung(1, plain.lr).num_minibatches == count
     key = jax.random.PRNGKey(5)
     fixed = jf.compile(plain, chunk_iterations=1).run(key)
     program = jf.compile(boosted)
@@ -99,6 +106,58 @@ def test_a_run_forced_to_one_rung_equals_the_fixed_run() -> None:
                         (fixed.state.env_state, fixed.state.obs))
     assert leaves_equal(jax.tree.map(lambda x: x[4:], (pool.env_state, pool.obs)),
                         jax.tree.map(lambda x: x[4:], (start.env_state, start.obs)))
+
+
+def test_rungs_keep_the_minibatch_size_or_the_count() -> None:
+    """On (4, 8, 16) environments from 2 minibatches: under ``size`` rung ``n`` takes
+    ``2 * n / 4`` minibatches, all of 32 samples (the probe's bottom rung keeps 2); under
+    ``count`` every rung takes 2. Either way the configuration keeps the given count, and
+    rebuilt from it (as a resumed run is) gives the same rungs."""
+    recipe = small_ppo(num_envs=16)
+    for minibatches, counts, sizes in (("size", (2, 4, 8), (32, 32, 32)), ("count", (2, 2, 2), (32, 64, 128))):
+        boosted = boost.Boosted.create(recipe, ladder=(4, 8, 16), minibatches=minibatches)
+        rungs = [boosted.rung(i, recipe.lr) for i in range(3)]
+        assert tuple(r.num_minibatches for r in rungs) == boosted.rung_minibatches == counts
+        assert tuple(r.num_envs * r.num_steps // r.num_minibatches for r in rungs) == sizes
+        config = boosted.config()
+        assert boosted.recipe.num_minibatches == config["num_minibatches"] == 2
+        assert config["minibatches"] == minibatches
+        saved = {k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(json.dumps(config)).items()}
+        rebuilt = boost.Boosted.create(PPO.create(config["env"], **{k: saved[k] for k in PPO.fields()}),
+                                       **{k: saved[k] for k in boost.Boosted.defaults()})
+        assert rebuilt.rung_minibatches == counts and rebuilt.config() == config
+
+
+def test_a_ladder_whose_minibatches_do_not_fit_is_refused_before_tracing(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    """Under ``size``, a rung whose count ``num_minibatches * n / ladder[0]`` is not whole,
+    and a rung whose recipe refuses its count (IMPALA's must divide the rung's
+    environments), are refused by name with the fix, before anything is traced; from the
+    command line with exit status 2."""
+    one = small_ppo(num_envs=6, num_minibatches=1)
+    impala = IMPALA.create("CartPole-v1", num_envs=8, num_steps=16, num_minibatches=4, hidden=(16,))
+
+    def traced(*args: object, **kwargs: object) -> None:
+        raise AssertionError("traced before the configuration was validated")
+
+    with monkeypatch.context() as patch:
+        for name in ("eval_shape", "make_jaxpr", "jit"):
+            patch.setattr(jax, name, traced)
+        with pytest.raises(ConfigError, match=re.escape("takes num_minibatches * 6 / ladder[0] = 1 * 6 / 4")) as error:
+            boost.Boosted.create(one, ladder=(4, 6))
+        assert error.value.field == "boost_ladder" and error.value.value == "4,6"
+        assert "multiple of 4, or --num-minibatches a multiple of 2, or give --boost-minibatches count" in error.value.fix
+        with pytest.raises(ConfigError, match="num_minibatches=4: must divide num_envs = 2") as error:
+            boost.Boosted.create(impala, ladder=(2, 4, 8))
+        assert error.value.field == "boost_ladder" and error.value.value == 2
+        with pytest.raises(ConfigError, match=r"choose size .* or count") as error:
+            boost.Boosted.create(one, ladder=(4, 6), minibatches="sizes")
+        assert error.value.field == "boost_minibatches"
+    assert boost.Boosted.create(one, ladder=(4, 6), minibatches="count").rung_minibatches == (1, 1)
+    status = main(["train", "ppo", "--env", "CartPole-v1", "--boost", "nitro", "--boost-ladder", "4,6",
+                   "--num-minibatches", "1", "--num-steps", "16", "--run-dir", str(tmp_path / "run")])
+    assert status == 2
+    assert "boost_ladder='4,6': under --boost-minibatches size" in capsys.readouterr().err
 
 
 def test_switching_rungs_keeps_every_environments_state() -> None:
@@ -208,6 +267,7 @@ def test_cli_boosted_run_writes_the_actor_counts(tmp_path: object, capsys: pytes
     assert 1200 - 2 * 16 < float(rows[-1]["env_steps"]) <= 1200
     config = json.loads((run_dir / "config.json").read_text())
     assert config["strategy"] == "gns" and config["ladder"] == list(LADDER) and config["chunk_iterations"] == 1
+    assert config["minibatches"] == "size" and config["num_minibatches"] == 2  # the bottom rung's, as given
     seconds = np.array(config["round_seconds"])
     assert seconds.shape == (3, 3) and (seconds > 0).all()
     np.testing.assert_allclose([float(rows[-1]["device_seconds_total"])],

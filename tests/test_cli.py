@@ -135,7 +135,8 @@ def test_resume_trains_on_to_a_longer_total_with_default_intervals(tmp_path: Pat
 def test_actor_learner_trains_explains_and_resumes_from_the_command_line(tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "run"
-    flags = ["--policy", "actor-learner", "--actor-devices", "2", "--learner-devices", "2", "--transfer-dtype", "int8"]
+    flags = ["--policy", "actor-learner", "--actor-devices", "2", "--learner-devices", "2", "--transfer-dtype", "int8",
+             "--num-steps", "32"]
     status, out, err = run_cli(capsys, "train", "impala", "--env", "CartPole-v1", "--total-steps", "4096", *flags,
                                "--run-dir", str(run_dir))  # 8 iterations of 16 x 32 steps
     assert status == 0, err

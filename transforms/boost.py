@@ -4,10 +4,15 @@ the loss surface is locally convex, under a budget.
 A ``Boosted`` run keeps its recipe's state for ``ladder[-1]`` environments (the pool)
 and runs each round (one iteration of the recipe) at one rung of the ladder: on the
 pool's first ``n`` environments, the others keeping their state. The batch grows with
-the rung and the minibatch count stays fixed. Every rung is one branch of a
-conditional in the compiled training program, so the whole ladder is compiled ahead
-of time with it and moving between rungs is a branch taken on device: no recompiling,
-no host round trip.
+the rung, and by default (``minibatches="size"``) so does the minibatch count: the
+recipe's ``num_minibatches`` is the bottom rung's, rung ``n`` takes ``num_minibatches *
+n / ladder[0]``, so that every rung's minibatches hold as many samples as the bottom
+rung's and a sample is learned from as often at every rung (RLlib's fixed SGD minibatch
+size, which Nitro ran on). ``minibatches="count"`` splits every rung's batch into
+``num_minibatches``: the larger the rung, the fewer updates per sample. Every rung is
+one branch of a conditional in the compiled training program, so the whole ladder is
+compiled ahead of time with it and moving between rungs is a branch taken on device:
+no recompiling, no host round trip.
 
 The controller runs on device too, and its state is part of the training state (and
 so of every checkpoint). Each round it chooses a rung from what earlier rounds showed:
@@ -33,8 +38,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import time
-from typing import Any, ClassVar, Protocol, runtime_checkable
+import typing
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -51,6 +58,8 @@ from jaxrl_frag.metrics import Metrics
 PyTree = Any
 STRATEGIES = ("nitro", "gns", "random", "fixed")
 PROBING = ("nitro", "gns")
+Minibatches = Literal["size", "count"]  # what stays fixed across the rungs: the minibatches' size or their count
+MINIBATCHES: tuple[str, ...] = typing.get_args(Minibatches)
 
 
 @runtime_checkable
@@ -120,10 +129,16 @@ class Boosted(Algorithm):
     recipe: Boostable  # its environment is the pool: ladder[-1] environments
     rung_envs: tuple[Any, ...] = static_field()
     batched: tuple[tuple[str, int], ...] = static_field()  # the recipe state's environment-batched fields, axes
+    rung_minibatches: tuple[int, ...] = static_field()  # each rung's num_minibatches (the recipe's: the bottom's)
     strategy: str = static_field("nitro", flag="--boost", help="nitro (curvature), gns (gradient noise scale), "
                                  "random (ablation) or fixed (always --boost-fixed-actors)")
     ladder: tuple[int, ...] = static_field((8, 16, 32, 64), flag="--boost-ladder",
                                            help="environment counts a round may run at, ascending")
+    minibatches: Minibatches = static_field(
+        "size", flag="--boost-minibatches",
+        help="size: every rung's minibatches hold the bottom rung's number of samples (--num-minibatches is the "
+             "bottom rung's count, rung n takes num_minibatches * n / ladder[0]: updates per sample stay fixed); "
+             "count: every rung splits its batch into --num-minibatches (fewer updates per sample at larger rungs)")
     fixed_actors: int = static_field(0, flag="--boost-fixed-actors",
                                      help="fixed: the rung every round runs at (0: the top)")
     window: int = static_field(6, flag="--boost-window", help="nitro: rounds whose ratios scale the newest one")
@@ -173,6 +188,9 @@ class Boosted(Algorithm):
               "boosting runs on-policy recipes (ppo, a2c, impala: see ``Boostable``); an off-policy recipe's replay "
               "buffer is shaped by its environment count")
         check(s["strategy"] in STRATEGIES, "boost", s["strategy"], f"choose one of {', '.join(STRATEGIES)} or off")
+        check(s["minibatches"] in MINIBATCHES, "boost_minibatches", s["minibatches"],
+              "choose size (every rung's minibatches the bottom rung's size) or count (every rung's batch in "
+              "num_minibatches)")
         check(recipe.env.capabilities.traceable, "boost", s["strategy"],
               "steps a slice of a pool of environments traced into the program; these step outside it (host "
               "environments, gymnasium: or ale:): turn boosting off")
@@ -200,20 +218,35 @@ class Boosted(Algorithm):
         check(s["budget_steps"] <= INT32_MAX - largest, "budget_steps", s["budget_steps"],
               f"must be at most {INT32_MAX:,} - {ladder[-1]} * num_steps = {INT32_MAX - largest:,} (the controller "
               "counts the steps spent in int32): lower --budget-steps (default --total-steps)")
+        base = recipe.num_minibatches  # the bottom rung's count
+        if s["minibatches"] == "size":
+            multiple = ladder[0] // math.gcd(base, ladder[0])  # the rungs whose count is whole
+            whole = math.lcm(*(ladder[0] // math.gcd(n, ladder[0]) for n in ladder))  # the counts that make all whole
+            for n in ladder:
+                check(n % multiple == 0, "boost_ladder", ",".join(map(str, ladder)),
+                      lambda n=n: f"under --boost-minibatches size the rung of {n} environments takes "
+                      f"num_minibatches * {n} / ladder[0] = {base} * {n} / {ladder[0]} minibatches (the bottom rung's "
+                      f"size), not a whole number: make every rung a multiple of {multiple}, or --num-minibatches a "
+                      f"multiple of {whole}, or give --boost-minibatches count")
+            counts = tuple(base * n // ladder[0] for n in ladder)
+        else:
+            counts = (base,) * len(ladder)
         kind = type(recipe)
         own = {name: getattr(recipe, name) for name in kind.fields()}
         rungs = []
-        for n in ladder:
+        for n, count in zip(ladder, counts, strict=True):
             try:
-                rungs.append(kind.create(recipe.env.name, **own | {"num_envs": n}))
+                rungs.append(kind.create(recipe.env.name, **own | {"num_envs": n, "num_minibatches": count}))
             except ConfigError as error:
-                raise ConfigError("boost_ladder", n, f"is a rung the recipe cannot run at: {error}") from None
-        top = rungs[-1]
+                raise ConfigError("boost_ladder", n, f"is a rung the recipe cannot run at (with {count} minibatches, "
+                                                     f"--boost-minibatches {s['minibatches']}): {error}") from None
+        # the pool's recipe keeps the given count, so that its configuration rebuilds the same run
+        top = rungs[-1].replace(num_minibatches=base)
         shape = jax.eval_shape(top.init, jax.ShapeDtypeStruct((2,), jnp.uint32))
         batched = tracing.batch_axes(jax.make_jaxpr(tracing.step)(top, shape))
         seconds = np.zeros((len(ladder), 3), np.float32) if round_seconds is None else np.asarray(round_seconds)
         check(seconds.shape == (len(ladder), 3), "round_seconds", seconds.shape, f"must be ({len(ladder)}, 3)")
-        return cls(top, tuple(r.env for r in rungs), tuple(sorted(batched.items())),
+        return cls(top, tuple(r.env for r in rungs), tuple(sorted(batched.items())), counts,
                    round_seconds=jnp.asarray(seconds, jnp.float32), **s)
 
     # -- sizes and costs -------------------------------------------------------------
@@ -240,8 +273,10 @@ class Boosted(Algorithm):
         return self.actor_price * seconds[..., 0] + self.learner_price * (seconds[..., 1] + seconds[..., 2])
 
     def rung(self, index: int, lr: jax.Array | float) -> Boostable:
-        """The recipe at rung ``index``, its learning rate ``lr`` (annealing is the controller's)."""
-        return self.recipe.replace(num_envs=self.ladder[index], env=self.rung_envs[index], anneal_lr=False, lr=lr)
+        """The recipe at rung ``index`` with that rung's minibatch count, its learning rate
+        ``lr`` (annealing is the controller's)."""
+        return self.recipe.replace(num_envs=self.ladder[index], num_minibatches=self.rung_minibatches[index],
+                                   env=self.rung_envs[index], anneal_lr=False, lr=lr)
 
     def progress(self, c: Controller) -> jax.Array:
         """The fraction of the budget spent (of the steps or of the cost, whichever is further)."""
@@ -354,8 +389,9 @@ class Boosted(Algorithm):
     def probe(self, recipe: Boostable, params: PyTree, sample: PyTree, key: jax.Array) -> jax.Array:
         """``(lambda_min, lambda_max, |G|^2, tr Sigma)`` of ``recipe``'s loss at ``params`` on
         ``sample`` (a round's batch cut to the bottom rung's size, so that the signal means
-        the same at every rung): the Hessian's extremes on one of its minibatches, the
-        gradient noise terms over all of them (zero with one minibatch)."""
+        the same at every rung; ``recipe`` is the bottom rung's, whose minibatch count is
+        the given one): the Hessian's extremes on one of its minibatches, the gradient
+        noise terms over all of them (zero with one minibatch)."""
         k_split, k_start = jax.random.split(key)
         minibatches = primitives.minibatches(k_split, sample, recipe.num_minibatches)
 
@@ -426,7 +462,7 @@ def calibrate(boosted: Boosted, repeats: int = 5, key: jax.Array | None = None) 
         rollout = jax.jit(recipe.rollout)
         traj, _, obs, _ = rollout(start.params, start.env_state, start.obs, start.key)
         learn = jax.jit(recipe.learn)
-        probe = jax.jit(functools.partial(boosted.probe, recipe))
+        probe = jax.jit(functools.partial(boosted.probe, boosted.rung(0, boosted.recipe.lr)))  # as ``step`` probes
         sample = boosted.sample(index, recipe.samples(start.params, traj, obs), start.key)
         seconds = [_seconds(rollout, (start.params, start.env_state, start.obs, start.key), repeats),
                    _seconds(learn, (start.params, start.opt_state, traj, obs, start.key), repeats),

@@ -1,0 +1,198 @@
+"""Parity with the published references: each row a recipe on an environment at the
+reference's settings, several seeds, beside the figure the reference publishes.
+
+    python benchmarks/parity.py list
+    python benchmarks/parity.py run ROW [--seeds N] [--steps S]     # writes benchmarks/parity/ROW.json
+    python benchmarks/parity.py table [--write]                      # the table; --write puts it in RESULTS.md
+
+A row's seeds run as one population where its environment is traced into the program,
+one after another where it is a host environment. Its final return is, per seed, the
+mean episode return over the last 10% of the environment steps (the training policy's
+episodes); the table gives the mean over seeds and a 95% bootstrap interval, and
+steps/s of training after compiling, all seeds together. ``--steps`` runs a shorter
+budget than the row's (a CPU stand-in for an accelerator row); the table then says so.
+Rows never run read "not measured".
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+import jaxrl_frag as jf
+from jaxrl_frag.summary import bootstrap_ci
+from jaxrl_frag.transforms import Population
+
+sys.path.insert(0, str(Path(__file__).parent))
+from minatar import GYMNAX_BLINES  # gymnax-blines' PPO for MinAtar, with its sources
+
+HERE = Path(__file__).parent
+OUT = HERE / "parity"
+RESULTS = HERE / "RESULTS.md"
+BEGIN, END = "<!-- parity table: begin -->", "<!-- parity table: end -->"
+
+GYMNAX_BLINES_MINATAR = GYMNAX_BLINES | {"torso": "mlp", "total_steps": 10_000_000}
+BLINES = "gymnax 1.0 README, 'Ckpt (Return)' (gymnax-blines PPO, one seed, 164 test episodes)"
+# Brax's notebooks/training.ipynb, PPO per task: an iteration is batch_size x num_minibatches x unroll_length steps
+# over num_envs environments, 32 minibatches of batch_size x unroll_length; its reward scaling and unclipped
+# gradients are not settings here
+BRAX_PPO = dict(num_minibatches=32, lr=3e-4, normalize_obs=True, anneal_lr=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """A recipe on an environment at the reference's settings, and the reference's figure."""
+
+    name: str
+    recipe: str
+    env: str
+    settings: dict[str, Any]
+    reference: str
+    source: str
+    seeds: int = 5
+    accelerator: bool = False  # its budget is out of reach on the CPU
+
+    @property
+    def steps(self) -> int:
+        return int(self.settings.get("total_steps") or getattr(jf.recipes, self.recipe).create(self.env).total_steps)
+
+
+ROWS = (
+    *(Row(f"ppo-{game.lower()}-minatar", "PPO", f"{game}-MinAtar", GYMNAX_BLINES_MINATAR, figure, BLINES, seeds=2,
+          accelerator=True)
+      for game, figure in (("Breakout", "28 (the repository's newer checkpoint: 22.9)"), ("Asterix", "15"),
+                           ("Freeway", "58"), ("SpaceInvaders", "131"))),
+    Row("ppo-acrobot", "PPO", "Acrobot-v1",
+        dict(num_envs=16, num_steps=32, num_minibatches=4, num_epochs=4, lr=5e-4, anneal_lr=False, gamma=0.99,
+             max_grad_norm=1.0, total_steps=500_000), "-80", BLINES),
+    Row("ppo-pendulum", "PPO", "Pendulum-v1", dict(total_steps=1_000_000),
+        "-200.6 (gymnax-blines' PPO checkpoint at 1e6 steps; the README's -130 is its ES agent)",
+        "gymnax-blines agents/Pendulum-v1/ppo.pkl, final evaluation"),
+    Row("dqn-breakout-minatar", "DQN", "Breakout-MinAtar", dict(total_steps=5_000_000), "none published for JAX",
+        "-", seeds=2, accelerator=True),
+    Row("impala-cartpole", "IMPALA", "CartPole-v1", dict(total_steps=1_000_000),
+        "none published (PPO: 490.0 +- 6.1 at 5e5, CleanRL)", "cleanrl docs/rl-algorithms/ppo.md"),
+    Row("impala-breakout-minatar", "IMPALA", "Breakout-MinAtar", dict(total_steps=10_000_000), "none published",
+        "-", seeds=2, accelerator=True),
+    Row("sac-pendulum", "SAC", "Pendulum-v1", dict(total_steps=20_000), "-157.0 +- 88.7 at 2e4 (one agent)",
+        "rl-baselines3-zoo benchmark.md"),
+    Row("ppo-brax-ant", "PPO", "brax:ant",
+        dict(BRAX_PPO, num_envs=4096, num_steps=80, num_epochs=4, gamma=0.97, ent_coef=1e-2, total_steps=50_000_000),
+        "~5,850 at 2.5e7 (read off the plot)", "brax notebooks/training.ipynb",
+        seeds=1, accelerator=True),
+    Row("ppo-brax-halfcheetah", "PPO", "brax:halfcheetah",
+        dict(BRAX_PPO, num_envs=2048, num_steps=160, num_epochs=8, gamma=0.95, ent_coef=1e-3, total_steps=50_000_000),
+        "none published (settings only)", "brax notebooks/training.ipynb", seeds=1, accelerator=True),
+    Row("ppo-brax-hopper", "PPO", "brax:hopper",
+        # PureJaxRL's ppo_continuous_action.py, the figure's source
+        dict(num_envs=2048, num_steps=10, num_minibatches=32, num_epochs=4, lr=3e-4, anneal_lr=False, ent_coef=0.0,
+             normalize_obs=True, total_steps=50_000_000),
+        "~1,450 at 5e7 (PureJaxRL's notebook, one seed)", "purejaxrl examples/brax_minatar.ipynb", seeds=1,
+        accelerator=True),
+    Row("ppo-atari-breakout", "PPO", "ale:Breakout",
+        dict(num_envs=8, num_steps=128, num_minibatches=4, num_epochs=4, lr=2.5e-4, clip_eps=0.1,
+             total_steps=10_000_000), "414.7 +- 28.1 (3 seeds, 1e7 steps = 4e7 frames)",
+        "cleanrl docs/rl-algorithms/ppo.md (ppo_atari.py)", seeds=1, accelerator=True),
+)
+BY_NAME = {row.name: row for row in ROWS}
+
+
+def tail_mean(steps: np.ndarray, returns: np.ndarray, fraction: float = 0.1) -> float:
+    """The mean of the finite returns in the rows over the last ``fraction`` of the steps."""
+    tail = returns[steps >= steps[-1] * (1 - fraction)]
+    return float(np.mean(tail[np.isfinite(tail)])) if np.isfinite(tail).any() else float("nan")
+
+
+def final_returns(history: jf.History) -> list[float]:
+    """Per seed (population member), the mean return over the last 10% of the steps."""
+    steps = np.asarray(history["env_steps"]).reshape(len(history.rows), -1)[:, 0]
+    returns = np.asarray(history["episode_return"]).reshape(len(steps), -1)
+    return [tail_mean(steps, returns[:, m]) for m in range(returns.shape[1])]
+
+
+def run(row: Row, seeds: int, steps: int | None) -> dict[str, Any]:
+    """Train ``row`` on ``seeds`` seeds; what the table shows, with how it was run."""
+    settings = dict(row.settings, **({"total_steps": steps} if steps else {}))
+    algo = getattr(jf.recipes, row.recipe).create(row.env, **settings)
+    traced = algo.env.capabilities.traceable
+    start = time.perf_counter()
+    program = jf.compile(Population.of([algo] * seeds, list(range(seeds))) if traced else algo)
+    compile_s = time.perf_counter() - start
+    finals, train_s = [], 0.0
+    for key in [jax.random.PRNGKey(0)] if traced else [jax.random.PRNGKey(s) for s in range(seeds)]:
+        start = time.perf_counter()
+        history = program.run(key)
+        train_s += time.perf_counter() - start
+        finals += final_returns(history)
+    done = int(history.final["env_steps"] if np.ndim(history.final["env_steps"]) == 0
+               else np.asarray(history.final["env_steps"]).flat[0])
+    low, high = bootstrap_ci(np.array(finals))
+    return {"row": row.name, "seeds": seeds, "env_steps": done, "finals": finals, "mean": float(np.mean(finals)),
+            "ci": [float(low), float(high)], "steps_per_s": seeds * done / train_s, "compile_s": compile_s,
+            "device": jax.devices()[0].device_kind, "jax": jax.__version__, "reduced": bool(steps),
+            "command": " ".join(["python", "benchmarks/parity.py", *sys.argv[1:]])}
+
+
+def table() -> str:
+    """The parity table, one line per row, from what ``run`` wrote."""
+    lines = ["| recipe | environment | steps | seeds | final return, mean [95% CI] | reference | published in | "
+             "steps/s (device) |", "|---|---|---|---|---|---|---|---|"]
+    for row in ROWS:
+        path = OUT / f"{row.name}.json"
+        if path.exists():
+            r = json.loads(path.read_text())
+            steps = f"{r['env_steps']:,}" + (f" (of {row.steps:,})" if r["reduced"] else "")
+            result = f"{r['mean']:.1f} [{r['ci'][0]:.1f}, {r['ci'][1]:.1f}]"
+            speed = f"{r['steps_per_s']:,.0f} ({r['device']})"
+            seeds = str(r["seeds"])
+        else:
+            steps, seeds, speed = f"{row.steps:,}", str(row.seeds), "-"
+            result = "not measured" + (" (accelerator row; no GPU lent)" if row.accelerator else "")
+        lines.append(f"| {row.recipe.lower()} | {row.env} | {steps} | {seeds} | {result} | {row.reference} | "
+                     f"{row.source} | {speed} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="the rows")
+    one = commands.add_parser("run", help="train one row's seeds and write parity/ROW.json")
+    one.add_argument("row", choices=sorted(BY_NAME))
+    one.add_argument("--seeds", type=int, help="default: the row's")
+    one.add_argument("--steps", type=float, help="a shorter budget than the row's (the table says so)")
+    show = commands.add_parser("table", help="print the table")
+    show.add_argument("--write", action="store_true", help=f"replace the table in {RESULTS.name}")
+    args = parser.parse_args()
+    if args.command == "list":
+        for row in ROWS:
+            print(f"{row.name:28} {row.recipe:7} {row.env:24} {row.steps:>12,} steps  x{row.seeds}"
+                  + ("  (accelerator)" if row.accelerator else ""))
+    elif args.command == "run":
+        row = BY_NAME[args.row]
+        result = run(row, args.seeds or row.seeds, int(args.steps) if args.steps else None)
+        OUT.mkdir(exist_ok=True)
+        (OUT / f"{row.name}.json").write_text(json.dumps(result, indent=1) + "\n")
+        print(json.dumps(result, indent=1))
+    else:
+        text = table()
+        print(text)
+        if args.write:
+            results = RESULTS.read_text()
+            span = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+            if not span.search(results):
+                raise SystemExit(f"{RESULTS} has no {BEGIN} ... {END} block to replace")
+            RESULTS.write_text(span.sub(lambda _: f"{BEGIN}\n{text}\n{END}", results))
+
+
+if __name__ == "__main__":
+    main()
