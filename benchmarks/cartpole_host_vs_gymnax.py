@@ -16,7 +16,9 @@ the Ansari-Bradley and Brown-Forsythe tests on the spread.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -27,20 +29,13 @@ from jaxrl_frag.recipes import PPO
 from jaxrl_frag.summary import bootstrap_ci
 from jaxrl_frag.transforms import Population
 
-
-def tail_mean(steps: np.ndarray, returns: np.ndarray, fraction: float = 0.1) -> float:
-    """The mean of the finite returns in the rows over the last ``fraction`` of the steps."""
-    rows = steps >= steps[-1] * (1 - fraction)
-    tail = returns[rows]
-    return float(np.mean(tail[np.isfinite(tail)]))
+sys.path.insert(0, str(Path(__file__).parent))
+from parity import final_returns  # the parity table's final return
 
 
 def measures(history: jf.History) -> tuple[np.ndarray, np.ndarray]:
     """Per seed: the last row's return, and the mean over the last 10% of the steps."""
-    steps = np.asarray(history["env_steps"]).reshape(len(history.rows), -1)[:, 0]
-    returns = np.asarray(history["episode_return"]).reshape(len(steps), -1)
-    tails = np.array([tail_mean(steps, returns[:, m]) for m in range(returns.shape[1])])
-    return np.atleast_1d(np.asarray(history.last("episode_return"), np.float64)), tails
+    return np.atleast_1d(np.asarray(history.last("episode_return"), np.float64)), np.array(final_returns(history))
 
 
 def main() -> None:

@@ -155,7 +155,9 @@ def test_ppo_learns_gymnasium_cartpole() -> None:
 def test_ppo_improves_on_an_atari_game() -> None:
     """KungFuMaster with the standard preprocessing and Mnih et al.'s network: a uniformly
     random policy scores 401 +- 33 (100 games, ``benchmarks/RESULTS.md``); after 40,960
-    steps PPO's games of the last quarter score at least 1000 on average."""
+    steps PPO's games of the last quarter score at least 1000 on average. Two epochs per
+    iteration, half of CleanRL's four, halve the learner's time; seeds 0 and 1 measured
+    1786 and 1460 with them."""
     algo = jf.recipes.PPO.create("ale:KungFuMaster", num_envs=8, num_steps=128, total_steps=40_960, clip_eps=0.1,
                                  num_epochs=2)
     assert algo.network_torso == "atari"

@@ -223,7 +223,7 @@ class Boosted(Algorithm):
             multiple = ladder[0] // math.gcd(base, ladder[0])  # the rungs whose count is whole
             whole = math.lcm(*(ladder[0] // math.gcd(n, ladder[0]) for n in ladder))  # the counts that make all whole
             for n in ladder:
-                check(n % multiple == 0, "boost_ladder", ",".join(map(str, ladder)),
+                check(base * n % ladder[0] == 0, "boost_ladder", ",".join(map(str, ladder)),
                       lambda n=n: f"under --boost-minibatches size the rung of {n} environments takes "
                       f"num_minibatches * {n} / ladder[0] = {base} * {n} / {ladder[0]} minibatches (the bottom rung's "
                       f"size), not a whole number: make every rung a multiple of {multiple}, or --num-minibatches a "
