@@ -42,6 +42,8 @@ BEGIN, END = "<!-- parity table: begin -->", "<!-- parity table: end -->"
 
 GYMNAX_BLINES_MINATAR = GYMNAX_BLINES | {"torso": "mlp", "total_steps": 10_000_000}
 BLINES = "gymnax 1.0 README, 'Ckpt (Return)' (gymnax-blines PPO, one seed, 164 test episodes)"
+# JaxMARL's budget for these is 1e7 steps (baselines/*/config); its paper (arXiv 2311.10090) gives curves, not numbers
+JAXMARL = "JaxMARL baselines' 1e7-step budget; the rows run 1e6 of it"
 # Brax's notebooks/training.ipynb, PPO per task: an iteration is batch_size x num_minibatches x unroll_length steps
 # over num_envs environments, 32 minibatches of batch_size x unroll_length; its reward scaling and unclipped
 # gradients are not settings here
@@ -60,6 +62,7 @@ class Row:
     source: str
     seeds: int = 5
     accelerator: bool = False  # its budget is out of reach on the CPU
+    metric: str = "episode_return"  # what the table reports: the return, or SMAX's win rate (episode_won)
 
     @property
     def steps(self) -> int:
@@ -98,6 +101,30 @@ ROWS = (
              normalize_obs=True, total_steps=50_000_000),
         "~1,450 at 5e7 (PureJaxRL's notebook, one seed)", "purejaxrl examples/brax_minatar.ipynb", seeds=1,
         accelerator=True),
+    Row("sac-brax-hopper", "SAC", "brax:hopper",
+        # Brax's notebooks/training.ipynb trains hopper with SAC: 128 environments, 64 gradient steps of 512 per
+        # environment step of all 128, Adam 6e-4, discount 0.997, a replay of 2^20 steps, 8192 before learning;
+        # its observation normalisation and reward scaling (30) are not settings of this SAC
+        dict(num_envs=128, num_steps=1, num_updates=64, minibatch_size=512, lr=6e-4, gamma=0.997,
+             buffer_size=1_048_576, learning_starts=8192, total_steps=6_553_600),
+        "none published as a number (a curve only)", "brax notebooks/training.ipynb", seeds=1, accelerator=True),
+    Row("pqn-cartpole", "PQN", "CartPole-v1", dict(total_steps=500_000), "~500 (a curve against wall time only)",
+        "purejaxql docs/cart_pole_time.png", seeds=3),
+    Row("pqn-breakout-minatar", "PQN", "Breakout-MinAtar", dict(total_steps=10_000_000),
+        "none published as a number (purejaxql's README: curves only)", "purejaxql config/alg/pqn_minatar.yaml",
+        seeds=2, accelerator=True),
+    *(Row(f"{recipe.lower()}-{tag}", recipe, env, dict(total_steps=1_000_000), reference, JAXMARL, seeds=3,
+          metric=metric)
+      for recipe, tag, env, metric, reference in (
+          ("IPPO", "mpe-spread", "jaxmarl:MPE_simple_spread_v3", "episode_return",
+           "JaxMARL's ippo_ff_mpe.py at the same settings, run here (benchmarks/RESULTS.md)"),
+          ("MAPPO", "mpe-spread", "jaxmarl:MPE_simple_spread_v3", "episode_return",
+           "JaxMARL's paper: a curve only"),
+          ("IPPO", "smax-3m", "jaxmarl:SMAX_3m", "episode_won", "JaxMARL's paper: a curve only"),
+          ("MAPPO", "smax-3m", "jaxmarl:SMAX_3m", "episode_won", "JaxMARL's paper: a curve only"),
+          ("IPPO", "smax-2s3z", "jaxmarl:SMAX_2s3z", "episode_won", "JaxMARL's paper: a curve only"),
+          ("MAPPO", "smax-2s3z", "jaxmarl:SMAX_2s3z", "episode_won", "JaxMARL's paper: a curve only"),
+          ("PQNVDN", "smax-3m", "jaxmarl:SMAX_3m", "episode_won", "JaxMARL's paper: a curve only"))),
     Row("ppo-atari-breakout", "PPO", "ale:Breakout",
         dict(num_envs=8, num_steps=128, num_minibatches=4, num_epochs=4, lr=2.5e-4, clip_eps=0.1,
              total_steps=10_000_000), "414.7 +- 28.1 (3 seeds, 1e7 steps = 4e7 frames)",
@@ -112,10 +139,11 @@ def tail_mean(steps: np.ndarray, returns: np.ndarray, fraction: float = 0.1) -> 
     return float(np.mean(tail[np.isfinite(tail)])) if np.isfinite(tail).any() else float("nan")
 
 
-def final_returns(history: jf.History) -> list[float]:
-    """Per seed (population member), the mean return over the last 10% of the steps."""
+def final_returns(history: jf.History, metric: str = "episode_return") -> list[float]:
+    """Per seed (population member), the mean of ``metric`` (the return by default) over
+    the last 10% of the steps."""
     steps = np.asarray(history["env_steps"]).reshape(len(history.rows), -1)[:, 0]
-    returns = np.asarray(history["episode_return"]).reshape(len(steps), -1)
+    returns = np.asarray(history[metric]).reshape(len(steps), -1)
     return [tail_mean(steps, returns[:, m]) for m in range(returns.shape[1])]
 
 
@@ -132,7 +160,7 @@ def run(row: Row, seeds: int, steps: int | None) -> dict[str, Any]:
         start = time.perf_counter()
         history = program.run(key)
         train_s += time.perf_counter() - start
-        finals += final_returns(history)
+        finals += final_returns(history, row.metric)
     done = int(np.asarray(history.final["env_steps"]).flat[0])  # a population's members step alike
     low, high = bootstrap_ci(np.array(finals))
     return {"row": row.name, "seeds": seeds, "env_steps": done, "finals": finals, "mean": float(np.mean(finals)),
@@ -143,14 +171,15 @@ def run(row: Row, seeds: int, steps: int | None) -> dict[str, Any]:
 
 def table() -> str:
     """The parity table, one line per row, from what ``run`` wrote."""
-    lines = ["| recipe | environment | steps | seeds | final return, mean [95% CI] | reference | published in | "
+    lines = ["| recipe | environment | steps | seeds | final return (SMAX: win rate), mean [95% CI] | reference | published in | "
              "steps/s (device) |", "|---|---|---|---|---|---|---|---|"]
     for row in ROWS:
         path = OUT / f"{row.name}.json"
         if path.exists():
             r = json.loads(path.read_text())
             steps = f"{r['env_steps']:,}" + (f" (of {row.steps:,})" if r["reduced"] else "")
-            result = f"{r['mean']:.1f} [{r['ci'][0]:.1f}, {r['ci'][1]:.1f}]"
+            result = (f"win rate {r['mean']:.2f} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]" if row.metric == "episode_won"
+                      else f"{r['mean']:.1f} [{r['ci'][0]:.1f}, {r['ci'][1]:.1f}]")
             speed = f"{r['steps_per_s']:,.0f} ({r['device']})"
             seeds = str(r["seeds"])
         else:

@@ -1,8 +1,8 @@
-"""Environments: the pure ``Env`` protocol, gymnax and Brax adapters, wrappers, and host
-environments (Gymnasium, Atari) in worker processes."""
+"""Environments: the pure ``Env`` protocol, gymnax, Brax and JaxMARL adapters, wrappers, and
+host environments (Gymnasium, Atari) in worker processes."""
 
 from jaxrl_frag.envs.brax_env import BraxEnv
-from jaxrl_frag.envs.core import Box, Capabilities, Discrete, Ended, Env, Space, Steps, TimeStep, Wrapper
+from jaxrl_frag.envs.core import AgentObs, Box, Capabilities, Discrete, Ended, Env, Space, Steps, TimeStep, Wrapper
 from jaxrl_frag.envs.gymnax_env import GymnaxEnv
 from jaxrl_frag.envs.host_env import HostEnv, is_host
 from jaxrl_frag.envs.host_pool import EnvWorkerError
@@ -16,7 +16,7 @@ from jaxrl_frag.envs.wrappers import (
 )
 
 __all__ = [
-    "Box", "BraxEnv", "Capabilities", "Discrete", "Ended", "Env", "EnvWorkerError", "EpisodeStatistics", "GymnaxEnv", "HostEnv",
-    "NormalizeObservation", "RunningMoments", "ScaleReward", "Space", "Steps", "TimeStep", "VecEnv", "Wrapper",
-    "available", "is_host", "make", "register",
+    "AgentObs", "Box", "BraxEnv", "Capabilities", "Discrete", "Ended", "Env", "EnvWorkerError", "EpisodeStatistics",
+    "GymnaxEnv", "HostEnv", "NormalizeObservation", "RunningMoments", "ScaleReward", "Space", "Steps", "TimeStep", "VecEnv",
+    "Wrapper", "available", "is_host", "make", "register",
 ]

@@ -76,11 +76,32 @@ class Steps(NamedTuple):
 
 
 class Ended(NamedTuple):
-    """Per step ``[T, N]``: whether an episode ended, and its return and length (read where it did)."""
+    """Per step ``[T, N]``: whether an episode ended, and its return and length (read where
+    it did); ``stats``, more statistics of the episode by name (a team's win, say), read
+    alike."""
 
     done: jax.Array
     episode_return: jax.Array
     episode_length: jax.Array
+    stats: dict[str, jax.Array] = {}
+
+
+class AgentObs(NamedTuple):
+    """What the agents of a multi-agent environment observe, agents as an array axis.
+
+    ``obs``: ``[..., agents, D]``, each agent's observation (zero-padded to the longest);
+    ``state``: ``[..., S]``, the global state a centralised critic reads;
+    ``action_mask``: ``[..., agents, actions]``, the actions each agent may take now
+    (true where it may; ``[..., agents, 0]`` for continuous actions).
+    """
+
+    obs: jax.Array
+    state: jax.Array
+    action_mask: jax.Array
+
+
+EPISODE_KEYS = ("episode_done", "episode_return", "episode_length")  # info entries that Ended reads by name
+AGENT_AXIS = "agents"  # the name of the agents axis in Algorithm.named_axes and a policy's mesh
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +134,14 @@ class Env:
     num_envs: int | None  # batch size; None for one unbatched environment
 
     @property
+    def num_agents(self) -> int | None:
+        """Agents acting at once, for a multi-agent environment: its observations are
+        ``AgentObs``, its actions, rewards, ``terminated`` and ``truncated`` carry an
+        agents axis after the batch, and ``info["episode_done"]`` says where a whole
+        episode ended. None for a single-agent environment (the default)."""
+        return None
+
+    @property
     def capabilities(self) -> Capabilities:
         """What this environment can do (by default: everything a pure JAX one can)."""
         return Capabilities()
@@ -142,7 +171,9 @@ class Env:
                 num_steps: int) -> tuple[Steps, PyTree, PyTree, jax.Array, Ended]:
         """``num_steps`` steps of this batch from ``(state, obs)``, each action chosen by
         ``act``: the ``Steps``, ``act``'s extras stacked, the state and observation after
-        the last step, and the episodes that ended (from ``EpisodeStatistics``'s info).
+        the last step, and the episodes that ended (from ``EpisodeStatistics``'s info: an
+        environment's own ``info["episode_done"]`` where it has one, and its other
+        ``episode_*`` entries as ``Ended.stats``).
         A ``lax.scan`` of ``act`` then ``step``; an environment outside XLA schedules
         its steps its own way (``HostEnv``)."""
 
@@ -152,7 +183,9 @@ class Env:
             action, env_action, extra = act(obs, k_act)
             state, ts = self.step(k_env, state, env_action)
             step = Steps(obs, action, ts.reward, ts.terminated, ts.truncated, ts.final_obs)
-            ended = Ended(ts.done, ts.info["episode_return"], ts.info["episode_length"])
+            info = ts.info
+            stats = {k: v for k, v in info.items() if k.startswith("episode_") and k not in EPISODE_KEYS}
+            ended = Ended(info.get("episode_done", ts.done), info["episode_return"], info["episode_length"], stats)
             return (state, ts.obs, key), (step, extra, ended)
 
         (state, obs, _), (steps, extras, ended) = jax.lax.scan(one_step, (state, obs, key), None, num_steps)
@@ -173,6 +206,10 @@ class Wrapper(Env):
     @property
     def capabilities(self) -> Capabilities:
         return self.inner.capabilities
+
+    @property
+    def num_agents(self) -> int | None:
+        return self.inner.num_agents
 
     def failure(self) -> Exception | None:
         """The inner environment's."""

@@ -190,6 +190,9 @@ def make(
     check(num_envs > 0, "num_envs", num_envs, "must be a positive number of environments")
     if plugin is None or getattr(env, "num_envs", None) is None:  # a plugin's family may batch itself
         env = EpisodeStatistics(VecEnv(env, num_envs))
+    for option, value in (("normalize_obs", normalize_obs), ("scale_reward", scale_reward)):
+        check(not value or env.num_agents is None, option, value,
+              f"standardises one agent's observations and rewards; {name} has {env.num_agents} agents: turn it off")
     if normalize_obs:
         env = NormalizeObservation(env)
     if scale_reward:

@@ -10,7 +10,7 @@ batch: no axis names, device counts or collectives.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -59,6 +59,14 @@ class Algorithm:
         """Whether the run is over before ``num_iterations`` (its budget spent): no
         iteration runs from a finished state. Never, by default."""
         return jnp.bool_(False)
+
+    @property
+    def named_axes(self) -> Mapping[str, Mapping[str, int]]:
+        """Axes of the state besides the environment batch that a policy may split over a
+        mesh axis of the same name: ``{name: {state field: axis}}``, say ``{"agents":
+        {"params": 0}}`` for parameters stacked per agent. Within a field, the leaves with
+        more dimensions than ``axis`` carry it (a counter stays whole). None by default."""
+        return {}
 
     @property
     def steps_per_iteration(self) -> int:

@@ -26,26 +26,26 @@ def is_running_total(name: str) -> bool:
     return name.endswith("_total")
 
 
-def episode_metrics(done: jax.Array, episode_return: jax.Array, episode_length: jax.Array) -> Metrics:
-    """Count, return sum and length sum of the episodes that ended where ``done``.
+def episode_metrics(done: jax.Array, episode_return: jax.Array, episode_length: jax.Array,
+                    stats: dict[str, jax.Array] | None = None) -> Metrics:
+    """Count, return sum and length sum of the episodes that ended where ``done``, and the
+    sum of each of their further statistics ``stats`` (named ``episode_*``).
 
     Args:
         done: Where an episode ended, any shape (``[T, N]`` for a rollout).
         episode_return: The return of the episode so far, shaped like ``done``
             (``EpisodeStatistics`` reports it in ``info``).
         episode_length: Its length so far, shaped like ``done``.
+        stats: More statistics of the episode so far by name (``episode_won``, say),
+            each shaped like ``done``.
 
     Returns:
-        ``episode_count``, ``episode_return_sum`` and ``episode_length_sum``: summed
-        over a chunk, and turned into the means ``episode_return`` and
-        ``episode_length`` by ``finalize``.
+        ``episode_count``, and ``<name>_sum`` of ``episode_return``, ``episode_length``
+        and each of ``stats``: summed over a chunk, and turned into means by ``finalize``.
     """
     done = done.astype(jnp.float32)
-    return {
-        "episode_count": done.sum(),
-        "episode_return_sum": (episode_return * done).sum(),
-        "episode_length_sum": (episode_length * done).sum(),
-    }
+    named = {"episode_return": episode_return, "episode_length": episode_length, **(stats or {})}
+    return {"episode_count": done.sum(), **{f"{name}_sum": (value * done).sum() for name, value in named.items()}}
 
 
 def accumulate(total: Metrics, new: Metrics) -> Metrics:
@@ -77,8 +77,9 @@ def reduce(total: Metrics, iterations: jax.Array) -> Metrics:
 
 
 def finalize(row: dict[str, np.ndarray]) -> dict[str, float | np.ndarray]:
-    """Host side: ``episode_return`` and ``episode_length`` from their sums (NaN without
-    episodes). Scalars become floats; a population's per-member values stay arrays.
+    """Host side: the per-episode means (``episode_return``, ``episode_length`` and any
+    other ``episode_*``) from their sums (NaN without episodes). Scalars become floats;
+    a population's per-member values stay arrays.
 
     Args:
         row: A chunk's metrics as fetched from the device.
@@ -90,9 +91,7 @@ def finalize(row: dict[str, np.ndarray]) -> dict[str, float | np.ndarray]:
     out = {k: np.asarray(v, np.float64) for k, v in row.items()}
     count = out.get("episode_count")
     if count is not None:
-        for name in ("episode_return", "episode_length"):
-            total = out.pop(f"{name}_sum", None)
-            if total is not None:
-                out[name] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+        for name in [k for k in out if k.startswith("episode_") and k.endswith("_sum")]:
+            out[name.removesuffix("_sum")] = np.where(count > 0, out.pop(name) / np.maximum(count, 1), np.nan)
     first = [k for k in ("episode_return", "episode_length", "episode_count") if k in out]
     return {k: float(out[k]) if out[k].ndim == 0 else out[k] for k in first + sorted(set(out) - set(first))}

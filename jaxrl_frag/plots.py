@@ -10,8 +10,8 @@ from matplotlib.figure import Figure
 
 from jaxrl_frag.summary import bootstrap_ci
 
-PANELS = (("value loss", ("value_loss",)), ("policy loss and entropy", ("policy_loss", "entropy")),
-          ("environments per round (boosted)", ("actors",)))
+PANELS = (("win rate", ("episode_won",)), ("value loss", ("value_loss",)),
+          ("policy loss and entropy", ("policy_loss", "entropy")), ("environments per round (boosted)", ("actors",)))
 
 
 def learning_curve(metrics: Mapping[str, Sequence[float]], title: str) -> Figure:

@@ -33,6 +33,7 @@ from jaxrl_frag.graph import FragmentGraph
 
 PyTree = Any
 BatchAxes = Mapping[str, int]  # state field -> axis that carries the environment batch
+NamedAxes = Mapping[str, Mapping[str, int]]  # axis name -> {state field: axis} (Algorithm.named_axes)
 
 
 class Executor(Protocol):
@@ -82,9 +83,12 @@ class Policy(abc.ABC):
     name: ClassVar[str]
 
     @abc.abstractmethod
-    def shardings(self, state: PyTree, batch_axes: Callable[[], BatchAxes]) -> tuple[Sharding, PyTree]:
+    def shardings(self, state: PyTree, batch_axes: Callable[[], BatchAxes],
+                  named_axes: NamedAxes) -> tuple[Sharding, PyTree]:
         """The sharding of replicated values, and one sharding per leaf of ``state``
-        (shapes); ``batch_axes`` is called if the policy needs to know the batched fields."""
+        (shapes); ``batch_axes`` is called if the policy needs to know the batched fields;
+        ``named_axes`` are the algorithm's other axes a policy may split
+        (``Algorithm.named_axes``)."""
 
     def lowering(self) -> primitives.Lowering:
         """How the primitives lower under this policy."""
@@ -111,7 +115,8 @@ class SingleDevice(Policy):
     name: ClassVar[str] = "single"
     device: jax.Device | None = None
 
-    def shardings(self, state: PyTree, batch_axes: Callable[[], BatchAxes]) -> tuple[Sharding, PyTree]:
+    def shardings(self, state: PyTree, batch_axes: Callable[[], BatchAxes],
+                  named_axes: NamedAxes) -> tuple[Sharding, PyTree]:
         sharding = SingleDeviceSharding(self.device or jax.devices()[0])
         return sharding, jax.tree.map(lambda _: sharding, state)
 
@@ -132,7 +137,7 @@ class SpmdExecutor:
         self._step_fn = tracing.under(rule, tracing.step)
         self.state_shape = jax.eval_shape(tracing.init, algorithm, key)
         self._replicated, self.state_sharding = policy.shardings(
-            self.state_shape, lambda: tracing.batch_axes(self.trace_step()))
+            self.state_shape, lambda: tracing.batch_axes(self.trace_step()), algorithm.named_axes)
         rep, state = self._replicated, self.state_sharding
         call = tracing.under(rule, functools.partial(run_iterations, max_rows=max_rows, check_finite=check_finite))
         self._init = jax.jit(tracing.under(rule, tracing.init), in_shardings=(rep, rep),
@@ -175,11 +180,20 @@ class SpmdExecutor:
                            {**compile_seconds, "single step": step_seconds})
 
     def _placement(self) -> str:
-        """The policy's own line, and which state fields are split where it has devices to split over."""
+        """The policy's own line, and which state fields are split (over which mesh axes)
+        where it has devices to split over."""
         if self.policy.device_count == 1:
             return self.policy.describe()
-        paths = jax.tree_util.tree_leaves_with_path(self.state_sharding)
-        split = {field_name(path[0]) for path, sharding in paths if path and not sharding.is_fully_replicated}
-        whole = {field_name(path[0]) for path, _ in paths if path} - split
-        return (f"{self.policy.describe()}\n  split over devices: {', '.join(sorted(split)) or 'nothing'}; "
-                f"whole on every device: {', '.join(sorted(whole)) or 'nothing'}")
+        axes: dict[str, set[str]] = {}
+        for path, sharding in jax.tree_util.tree_leaves_with_path(self.state_sharding):
+            if path:
+                spec = getattr(sharding, "spec", ())
+                used = {a for part in spec if part for a in ((part,) if isinstance(part, str) else part)}
+                axes.setdefault(field_name(path[0]), set()).update(used)
+        groups: dict[str, list[str]] = {}  # mesh axes -> the fields split over them
+        for name, used in sorted(axes.items()):
+            groups.setdefault(", ".join(sorted(used)), []).append(name)
+        whole = groups.pop("", [])
+        split = "; ".join(f"{', '.join(names)} (mesh axis {mesh})" for mesh, names in sorted(groups.items()))
+        return (f"{self.policy.describe()}\n  split over devices: {split or 'nothing'}; "
+                f"whole on every device: {', '.join(whole) or 'nothing'}")

@@ -17,10 +17,13 @@ from jaxrl_frag.errors import ConfigError, check
 from jaxrl_frag.recipes.a2c import A2C
 from jaxrl_frag.recipes.dqn import DQN
 from jaxrl_frag.recipes.impala import IMPALA
+from jaxrl_frag.recipes.multi_agent import IPPO, MAPPO, PQNVDN
 from jaxrl_frag.recipes.ppo import PPO
+from jaxrl_frag.recipes.pqn import PQN
 from jaxrl_frag.recipes.sac import SAC
 
-RECIPES = {"ppo": PPO, "a2c": A2C, "impala": IMPALA, "dqn": DQN, "sac": SAC}
+RECIPES = {"ppo": PPO, "a2c": A2C, "impala": IMPALA, "dqn": DQN, "pqn": PQN, "sac": SAC,
+           "ippo": IPPO, "mappo": MAPPO, "pqn-vdn": PQNVDN}
 PLUGIN_GROUP = "jaxrl_frag.recipes"
 
 
@@ -60,4 +63,4 @@ def get(name: str) -> type:
     return recipe
 
 
-__all__ = ["A2C", "DQN", "IMPALA", "PPO", "RECIPES", "SAC", "get", "names", "plugins"]
+__all__ = ["A2C", "DQN", "IMPALA", "IPPO", "MAPPO", "PPO", "PQN", "PQNVDN", "RECIPES", "SAC", "get", "names", "plugins"]

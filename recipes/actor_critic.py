@@ -22,6 +22,7 @@ from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes.advantages import gae
+from jaxrl_frag.recipes.epochs import minibatch_epochs, updates_done
 from jaxrl_frag.recipes.networks import ACTIVATIONS, ActorCritic
 from jaxrl_frag.recipes.recipe import Recipe
 from jaxrl_frag.recipes.rollout import collect
@@ -150,11 +151,6 @@ class ActorCriticRecipe(Recipe):
         schedule = self.learning_rate if self.anneal_lr else self.lr
         return optax.chain(optax.clip_by_global_norm(self.max_grad_norm), optax.adam(schedule, eps=1e-5))
 
-    def updates_done(self, opt_state: PyTree) -> jax.Array:
-        """How many optimizer updates ``opt_state`` has seen."""
-        (_, count), *_ = optax.tree_utils.tree_get_all_with_path(opt_state, "count")
-        return count
-
     # -- the algorithm -------------------------------------------------------------
 
     def init(self, key: jax.Array) -> ActorCriticState:
@@ -225,7 +221,7 @@ class ActorCriticRecipe(Recipe):
                     gae_lambda: jax.Array) -> tuple[jax.Array, ...]:
         """The rollout as samples ``(obs, action, log_prob, value, advantage, target)``,
         each environment's contiguous, with GAE advantages and value targets."""
-        last_value = self.network.apply(params, last_obs, method=ActorCritic.value)
+        last_value = self.network.apply(params, last_obs, method="value")
         advantages, targets = gae(traj.reward, traj.value, traj.terminated, traj.truncated, traj.final_value,
                                   last_value, self.gamma, gae_lambda)
         return primitives.flatten_batch((traj.obs, traj.action, traj.log_prob, traj.value, advantages, targets), 1)
@@ -235,20 +231,10 @@ class ActorCriticRecipe(Recipe):
         """One pass over ``batch`` per key in ``keys``, each in ``num_minibatches`` shuffled
         minibatches with one optimizer update of ``loss`` apiece; the mean metrics and
         the learning rate of the first update."""
-        tx = self.optimizer()
-
-        def update(carry: tuple[PyTree, PyTree], minibatch: tuple[Any, ...]) -> tuple[Any, Metrics]:
-            params, opt_state = carry
-            grads, metrics = jax.grad(self.loss, has_aux=True)(params, *minibatch)
-            updates, opt_state = tx.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), metrics
-
-        def epoch(carry: tuple[PyTree, PyTree], key: jax.Array) -> tuple[Any, Metrics]:
-            return jax.lax.scan(update, carry, primitives.minibatches(key, batch, self.num_minibatches))
-
-        learning_rate = self.learning_rate(self.updates_done(opt_state))
-        (params, opt_state), metrics = jax.lax.scan(epoch, (params, opt_state), keys)
-        return params, opt_state, {**jax.tree.map(jnp.mean, metrics), "learning_rate": learning_rate}
+        learning_rate = self.learning_rate(updates_done(opt_state))
+        params, opt_state, metrics = minibatch_epochs(self.loss, self.optimizer(), params, opt_state, batch, keys,
+                                                      self.num_minibatches)
+        return params, opt_state, {**metrics, "learning_rate": learning_rate}
 
     @fragment("actor", batched={"env_state": 0, "obs": 0, "traj": 1}, outputs=("traj", "env_state", "obs", "episodes"))
     def rollout(
@@ -265,7 +251,7 @@ class ActorCriticRecipe(Recipe):
             return action, env_action, (dist.log_prob(action), value)
 
         steps, (log_prob, value), env_state, obs, episodes = collect(self.env, act, env_state, obs, key, self.num_steps)
-        final_value = jax.vmap(lambda o: net.apply(params, o, method=ActorCritic.value))(steps.next_obs)
+        final_value = jax.vmap(lambda o: net.apply(params, o, method="value"))(steps.next_obs)
         traj = Transition(steps.obs, steps.action, log_prob, value, steps.reward, steps.terminated, steps.truncated,
                           final_value)
         return traj, env_state, obs, episodes

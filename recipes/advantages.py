@@ -146,3 +146,46 @@ def n_step_return(
     ended_by_termination = jnp.take_along_axis(terminated, last[:, None], axis=1)[:, 0]
     discount = jnp.where(ended_by_termination, 0.0, jnp.asarray(gamma, rewards.dtype) ** (last + 1))
     return returns, discount, last
+
+
+def q_lambda(
+    rewards: jax.Array,
+    terminated: jax.Array,
+    truncated: jax.Array,
+    next_values: jax.Array,
+    gamma: jax.Array | float,
+    lam: jax.Array | float,
+) -> jax.Array:
+    """Q(lambda) returns (Watkins' with the max, Peng's mixing: PQN's targets) of a
+    time-major ``[T, N]`` rollout, computed backwards.
+
+    ``next_values[t]`` is ``max_a Q(x', a)`` of the observation ``x'`` after step ``t``
+    (the one that ended the episode where it ended). Within an episode,
+
+        G_t = r_t + gamma ((1 - lam) next_values_t + lam G_{t+1});
+
+    where the episode ended at ``t`` (and after the last step) the return bootstraps
+    from ``next_values_t`` alone on a time-limit truncation, and from nothing on a
+    termination: ``G_t = r_t + gamma next_values_t`` or ``G_t = r_t``.
+
+    Args:
+        rewards: ``[T, N]`` rewards.
+        terminated: ``[T, N]``, where an episode terminated.
+        truncated: ``[T, N]``, where an episode was cut by a time limit.
+        next_values: ``[T, N]``, the greedy value of the observation after each step.
+        gamma: Discount.
+        lam: The mixing lambda (0: one-step Q-learning targets; 1: Monte Carlo returns
+            within the rollout).
+
+    Returns:
+        ``[T, N]`` returns, with gradients stopped.
+    """
+
+    def backward(later: jax.Array, x: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
+        reward, term, trunc, next_value = x
+        mixed = jnp.where(term | trunc, next_value, (1.0 - lam) * next_value + lam * later)
+        value = reward + gamma * jnp.where(term, 0.0, mixed)
+        return value, value
+
+    _, returns = jax.lax.scan(backward, next_values[-1], (rewards, terminated, truncated, next_values), reverse=True)
+    return jax.lax.stop_gradient(returns)

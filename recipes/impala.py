@@ -26,7 +26,6 @@ from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes.actor_critic import ActorCriticRecipe, Transition
 from jaxrl_frag.recipes.advantages import vtrace
-from jaxrl_frag.recipes.networks import ActorCritic
 
 PyTree = Any
 
@@ -84,7 +83,7 @@ class IMPALA(ActorCriticRecipe):
         log_prob = dist.log_prob(traj.action.reshape(n * steps, *traj.action.shape[2:])).reshape(n, steps).T
         values = values.reshape(n, steps).T  # time-major [T, n] from here on
         traj = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj)
-        last_value = self.network.apply(params, last_obs, method=ActorCritic.value)
+        last_value = self.network.apply(params, last_obs, method="value")
         done = traj.terminated | traj.truncated
         following = jnp.concatenate([values[1:], last_value[None]])
         # at an episode's end the next value is the final observation's, as the actor valued it

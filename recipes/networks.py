@@ -10,6 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_frag.envs.core import AgentObs
+
 
 class Categorical(NamedTuple):
     """A categorical distribution over discrete actions, from logits."""
@@ -67,6 +69,7 @@ def _dense(features: int, scale: float = np.sqrt(2), **kwargs: str) -> nn.Dense:
     return nn.Dense(features, kernel_init=nn.initializers.orthogonal(scale), **kwargs)
 
 
+MASKED_LOGIT = -1e9  # the logit of an action that is not available: probability 0, and no NaN in the entropy
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": jnp.tanh, "relu": nn.relu}
 
 
@@ -150,6 +153,65 @@ class ActorCritic(nn.Module):
         return self.v(self.shared(obs) if self.torso == "atari" else obs)[:, 0]
 
 
+def per_agent(net: Callable[[jax.Array], jax.Array], x: jax.Array, shared: bool) -> jax.Array:
+    """``net`` on inputs ``[..., agents, D]``, giving ``[..., agents, out]``. ``shared``: one
+    network for every agent, each agent's rows with its one-hot id appended; otherwise a
+    network vmapped over the agents axis of ``[B, agents, D]`` (its parameters stacked on
+    a leading agents axis)."""
+    lead, agents = x.shape[:-2], x.shape[-2]
+    x = x.reshape(-1, agents, x.shape[-1])
+    if shared:
+        ids = jnp.broadcast_to(jnp.eye(agents, dtype=x.dtype), (x.shape[0], agents, agents))
+        x = jnp.concatenate([x, ids], axis=-1).reshape(-1, x.shape[-1] + agents)
+    out = net(x)
+    return out.reshape(*lead, agents, out.shape[-1])
+
+
+class AgentsActorCritic(nn.Module):
+    """Policy and value networks for agents on an array axis: ``AgentObs -> (action
+    distribution, value)``, both per agent (``[..., agents]``).
+
+    Separate MLPs for the policy and the value. With ``shared``, one pair for every
+    agent, each agent's one-hot id appended to its inputs; otherwise one pair per
+    agent, their parameters stacked on a leading agents axis. The policy reads each
+    agent's own observation; the value reads the same, or with ``centralised`` the
+    global state (MAPPO's critic). Discrete logits outside ``action_mask`` are masked
+    out; a continuous policy is a Gaussian with a learned, state-independent log
+    standard deviation per agent.
+    """
+
+    action_dim: int
+    hidden: Sequence[int]
+    continuous: bool
+    num_agents: int
+    shared: bool = True
+    centralised: bool = False
+    activation: str = "tanh"  # of the MLPs' hidden layers: a name in ACTIVATIONS
+
+    def setup(self) -> None:
+        mlp = MLP if self.shared else nn.vmap(MLP, in_axes=1, out_axes=1, variable_axes={"params": 0},
+                                                split_rngs={"params": True}, axis_size=self.num_agents)
+        activation = ACTIVATIONS[self.activation]
+        self.pi = mlp(self.hidden, self.action_dim, 0.01, activation)
+        self.v = mlp(self.hidden, 1, 1.0, activation)
+        if self.continuous:
+            self.log_std = self.param("log_std", nn.initializers.zeros, (self.num_agents, self.action_dim))
+
+    def __call__(self, obs: AgentObs) -> tuple[Categorical | Gaussian, jax.Array]:
+        out = per_agent(self.pi, obs.obs, self.shared)
+        if self.continuous:
+            return Gaussian(out, jnp.exp(self.log_std)), self.value(obs)
+        return Categorical(jnp.where(obs.action_mask, out, MASKED_LOGIT)), self.value(obs)
+
+    def value(self, obs: AgentObs) -> jax.Array:
+        if self.centralised:
+            state = obs.state[..., None, :]
+            x = jnp.broadcast_to(state, (*state.shape[:-2], self.num_agents, state.shape[-1]))
+        else:
+            x = obs.obs
+        return per_agent(self.v, x, self.shared)[..., 0]
+
+
 class QValues(nn.Module):
     """ReLU MLP ``obs -> [B, actions]``: the value of each discrete action."""
 
@@ -159,6 +221,42 @@ class QValues(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         return MLP(self.hidden, self.action_dim, 1.0, nn.relu)(obs)
+
+
+class LayerNormQ(nn.Module):
+    """PQN's Q-network ``obs -> [B, actions]``: per hidden layer Dense, LayerNorm, ReLU, then
+    a linear head (flax's default initialisation, as purejaxql's). With ``conv``, images
+    ``[N, H, W, C]`` first go through a 3x3 convolution (16 channels, He-initialised, as
+    a matrix product on ``patches``), LayerNorm and ReLU, and the hidden layers after
+    it are He-initialised too (purejaxql's MinAtar network)."""
+
+    action_dim: int
+    hidden: Sequence[int]
+    conv: bool = False
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        init = nn.initializers.he_normal() if self.conv else nn.initializers.lecun_normal()
+        if self.conv:
+            x = nn.relu(nn.LayerNorm()(nn.Dense(16, kernel_init=init, name="conv")(patches(x))))
+        x = x.reshape(x.shape[0], -1)
+        for width in self.hidden:
+            x = nn.relu(nn.LayerNorm()(nn.Dense(width, kernel_init=init)(x)))
+        return nn.Dense(self.action_dim)(x)
+
+
+class AgentsQ(nn.Module):
+    """``LayerNormQ`` for agents on an array axis: ``AgentObs -> [..., agents, actions]``,
+    one network for every agent (its one-hot id appended to its observation), the
+    actions outside ``action_mask`` at ``-inf``."""
+
+    action_dim: int
+    hidden: Sequence[int]
+
+    @nn.compact
+    def __call__(self, obs: AgentObs) -> jax.Array:
+        q = per_agent(LayerNormQ(self.action_dim, self.hidden), obs.obs, shared=True)
+        return jnp.where(obs.action_mask, q, -jnp.inf)
 
 
 class TwinCritic(nn.Module):

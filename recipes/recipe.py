@@ -39,6 +39,7 @@ class Recipe(Algorithm):
                                              "strict alternation, the same results)")
 
     action_spaces: ClassVar[tuple[type, ...]] = (envs.Discrete, envs.Box)  # the kinds of action space it acts in
+    multi_agent: ClassVar[bool] = False  # whether it acts for agents on an axis (AgentObs), or for one
 
     # the settings that must be positive integers, those that must be finite numbers, and those positive
     counts: ClassVar[tuple[str, ...]] = ("num_envs", "num_steps", "total_steps", "env_groups")
@@ -68,7 +69,15 @@ class Recipe(Algorithm):
 
     @classmethod
     def check_env(cls, env: envs.Env) -> None:
-        """Raise ``ConfigError`` if ``env``'s action space is of a kind this recipe cannot act in."""
+        """Raise ``ConfigError`` if ``env``'s action space is of a kind this recipe cannot act
+        in, or ``env`` has agents on an axis and the recipe acts for one agent (or the reverse)."""
+        agents = env.num_agents
+        if (agents is not None) != cls.multi_agent:
+            why = (f"is a multi-agent environment ({agents} agents); {cls.__name__} acts for one agent: choose a "
+                   "multi-agent recipe (ippo, mappo, pqn-vdn)" if agents is not None else
+                   f"has one agent; {cls.__name__} is a multi-agent recipe: choose a jaxmarl: environment, or a "
+                   "single-agent recipe (ppo)")
+            raise ConfigError("env", env.name, why)
         space = env.action_space
         if not isinstance(space, cls.action_spaces):
             kinds = {envs.Discrete: "discrete", envs.Box: "continuous"}

@@ -35,7 +35,7 @@ from jaxrl_frag.errors import check
 from jaxrl_frag.explanation import Explanation, Transfer
 from jaxrl_frag.graph import FragmentGraph, describe_aval
 from jaxrl_frag.metrics import Metrics
-from jaxrl_frag.policy import BatchAxes, Policy
+from jaxrl_frag.policy import BatchAxes, NamedAxes, Policy
 from jaxrl_frag.sharding.data_parallel import SHUFFLE_HELP, DataParallel
 from jaxrl_frag.sharding.mesh import make_mesh
 from jaxrl_frag.transforms import packing, precision
@@ -107,9 +107,10 @@ class ActorLearner(Policy):
         object.__setattr__(self, "learner", DataParallel(
             mesh=make_mesh(devices[self.actor_devices: wanted], data=self.learner_devices), shuffle=self.shuffle))
 
-    def shardings(self, state: PyTree, batch_axes: Callable[[], BatchAxes]) -> tuple[Sharding, PyTree]:
+    def shardings(self, state: PyTree, batch_axes: Callable[[], BatchAxes],
+                  named_axes: NamedAxes) -> tuple[Sharding, PyTree]:
         """The learner group's placement; each group places its own fields (``pipeline``)."""
-        return self.learner.shardings(state, batch_axes)
+        return self.learner.shardings(state, batch_axes, named_axes)
 
     def lowering(self) -> primitives.Lowering:
         """The learner group's lowering, the actor fragments' their group's."""
@@ -180,8 +181,8 @@ class ActorLearnerExecutor:
         self._split = split
         self._shared = sorted(set(split.actor_held) & set(split.learner_held))
 
-        a_rep, a_tree = policy.actor.shardings(shape, lambda: axes)
-        l_rep, l_tree = policy.learner.shardings(shape, lambda: axes)
+        a_rep, a_tree = policy.actor.shardings(shape, lambda: axes, algorithm.named_axes)
+        l_rep, l_tree = policy.learner.shardings(shape, lambda: axes, algorithm.named_axes)
         a_leaf, l_leaf = jax.tree.leaves(a_tree), jax.tree.leaves(l_tree)
         a_held_sh = [a_leaf[i] for i in split.actor_held]
         l_held_sh = [l_leaf[i] for i in split.learner_held]

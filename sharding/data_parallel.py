@@ -9,7 +9,9 @@ from typing import Any, ClassVar
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from jaxrl_frag import primitives
-from jaxrl_frag.policy import BatchAxes, Policy
+from jaxrl_frag.envs.core import AGENT_AXIS
+from jaxrl_frag.errors import check
+from jaxrl_frag.policy import BatchAxes, NamedAxes, Policy
 from jaxrl_frag.sharding.mesh import set_up_mesh, split_state
 
 PyTree = Any
@@ -44,11 +46,22 @@ class DataParallel(Policy):
     devices: int | None = dataclasses.field(default=None, metadata={
         "help": "devices to split the environment batch over (default: all)"})
     shuffle: str = dataclasses.field(default="local", metadata={"choices": primitives.SHUFFLES, "help": SHUFFLE_HELP})
+    agent_shards: int = dataclasses.field(default=1, metadata={
+        "help": "of the devices, how many split the state an algorithm keeps per agent (parameters per agent and "
+                "their optimizer state) over a second mesh axis 'agents'; the environment batch is split over the "
+                "devices // agent_shards of the other axis"})
     axis: str = "data"
     mesh: Mesh | None = None
 
     def __post_init__(self) -> None:
-        set_up_mesh(self, {self.axis: self.devices})
+        check(self.agent_shards > 0, "agent_shards", self.agent_shards, "must be a positive device count")
+        if self.agent_shards == 1:
+            set_up_mesh(self, {self.axis: self.devices})
+            return
+        check(self.devices is None or self.devices % self.agent_shards == 0, "agent_shards", self.agent_shards,
+              f"must divide devices={self.devices}: the mesh is devices // agent_shards x agent_shards")
+        data = None if self.devices is None else self.devices // self.agent_shards
+        set_up_mesh(self, {self.axis: data, AGENT_AXIS: self.agent_shards})
 
     @property
     def size(self) -> int:
@@ -58,16 +71,26 @@ class DataParallel(Policy):
     def device_count(self) -> int:
         return self.mesh.devices.size
 
-    def shardings(self, state: PyTree, batch_axes: Callable[[], BatchAxes]) -> tuple[Sharding, PyTree]:
-        """Replicated over the mesh; environment-batched fields split along ``axis``."""
-        return NamedSharding(self.mesh, PartitionSpec()), split_state(state, batch_axes(), self.mesh, self.axis)
+    def shardings(self, state: PyTree, batch_axes: Callable[[], BatchAxes],
+                  named_axes: NamedAxes) -> tuple[Sharding, PyTree]:
+        """Replicated over the mesh; environment-batched fields split along ``axis``, and
+        an algorithm's per-agent fields along the ``agents`` axis where the mesh has one."""
+        check(AGENT_AXIS not in self.mesh.axis_names or AGENT_AXIS in named_axes, "agent_shards",
+              self.mesh.shape.get(AGENT_AXIS), "the algorithm keeps no state per agent to split (a multi-agent "
+              "recipe's parameters are per agent with --no-shared-params): drop --agent-shards")
+        return NamedSharding(self.mesh, PartitionSpec()), split_state(state, batch_axes(), self.mesh, self.axis,
+                                                                      named_axes=named_axes)
 
     def lowering(self) -> primitives.Lowering:
         """The primitives over the batch split along ``axis``, shuffled as ``shuffle`` says."""
         return primitives.Lowering(self.mesh, self.axis, self.shuffle)
 
     def describe(self) -> str:
-        """The devices, the mesh axis and the shuffling."""
+        """The devices, the mesh axes and the shuffling."""
         kinds = sorted({d.platform for d in self.mesh.devices.flat})
+        if AGENT_AXIS in self.mesh.axis_names:
+            return (f"DataParallel: {self.device_count} {'/'.join(kinds)} devices as a mesh of {self.size} "
+                    f"(axis {self.axis!r}: the environment batch) x {self.mesh.shape[AGENT_AXIS]} (axis "
+                    f"{AGENT_AXIS!r}: state kept per agent), the rest replicated, {self.shuffle} minibatch shuffling")
         return (f"DataParallel: environment batch split over {self.size} {'/'.join(kinds)} devices "
                 f"(mesh axis {self.axis!r}), parameters replicated, {self.shuffle} minibatch shuffling")

@@ -12,7 +12,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxrl_frag import primitives
 from jaxrl_frag.errors import ConfigError, check
-from jaxrl_frag.policy import BatchAxes
+from jaxrl_frag.policy import BatchAxes, NamedAxes
 from jaxrl_frag.primitives import Shared
 
 PyTree = Any
@@ -49,19 +49,22 @@ def set_up_mesh(policy: Any, axes: dict[str, int | None]) -> None:
 
 
 def split_state(state: PyTree, batch_axes: BatchAxes, mesh: Mesh, data_axis: str,
-                 member_axis: str | None = None) -> PyTree:
+                 member_axis: str | None = None, named_axes: NamedAxes | None = None) -> PyTree:
     """Shardings for ``state``: each environment-batched field split along ``data_axis``
-    on its batch axis (``Shared`` nodes and leaves without that axis excepted); with ``member_axis``, every leaf's
-    leading (member) axis split along it too, and batch axes counted after it."""
+    on its batch axis (``Shared`` nodes and leaves without that axis excepted); with
+    ``member_axis``, every leaf's leading (member) axis split along it too, and the other
+    axes counted after it; each of ``named_axes`` (``Algorithm.named_axes``) that names an
+    axis of ``mesh`` split along that mesh axis in its fields' leaves that carry it."""
     lead = 0 if member_axis is None else 1
     _check_declared(_fields(state), batch_axes, lead)
+    named = {name: fields for name, fields in (named_axes or {}).items() if name in mesh.axis_names}
 
-    def spec(ndim: int, axis: int | None) -> NamedSharding:
+    def spec(ndim: int, axes: dict[int, str]) -> NamedSharding:
         parts: list[str | None] = [None] * ndim
         if member_axis is not None:
             parts[0] = member_axis
-        if axis is not None:
-            parts[axis + lead] = data_axis
+        for axis, mesh_axis in axes.items():
+            parts[axis + lead] = mesh_axis
         return NamedSharding(mesh, PartitionSpec(*parts))
 
     def check_divides(field: str, size: int, axis_name: str, what: str) -> None:
@@ -74,16 +77,19 @@ def split_state(state: PyTree, batch_axes: BatchAxes, mesh: Mesh, data_axis: str
             )
 
     def field_shardings(field: str, subtree: PyTree) -> PyTree:
-        axis = batch_axes.get(field)
+        wanted = {name: fields[field] for name, fields in named.items() if field in fields}
+        if field in batch_axes:
+            wanted[data_axis] = batch_axes[field]
 
         def place(node: Any) -> Any:
             if isinstance(node, Shared):
-                return jax.tree.map(lambda x: spec(len(x.shape), None), node)
+                return jax.tree.map(lambda x: spec(len(x.shape), {}), node)
             if member_axis is not None:
                 check_divides(field, node.shape[0], member_axis, "population")
-            split = axis if axis is not None and len(node.shape) > axis + lead else None  # counters stay whole
-            if split is not None:
-                check_divides(field, node.shape[split + lead], data_axis, "environment batch")
+            split = {axis: name for name, axis in wanted.items() if len(node.shape) > axis + lead}  # counters stay whole
+            for axis, name in split.items():
+                check_divides(field, node.shape[axis + lead], name,
+                              "environment batch" if name == data_axis else f"{name!r} axis")
             return spec(len(node.shape), split)
 
         return jax.tree.map(place, subtree, is_leaf=lambda n: isinstance(n, Shared))

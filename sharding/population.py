@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from jaxrl_frag import primitives
-from jaxrl_frag.policy import BatchAxes, Policy
+from jaxrl_frag.policy import BatchAxes, NamedAxes, Policy
 from jaxrl_frag.sharding.data_parallel import SHUFFLE_HELP
 from jaxrl_frag.sharding.mesh import set_up_mesh, split_state
 
@@ -38,9 +38,10 @@ class PopulationParallel(Policy):
     def device_count(self) -> int:
         return self.mesh.devices.size
 
-    def shardings(self, state: PyTree, batch_axes: Callable[[], BatchAxes]) -> tuple[Sharding, PyTree]:
+    def shardings(self, state: PyTree, batch_axes: Callable[[], BatchAxes],
+                  named_axes: NamedAxes) -> tuple[Sharding, PyTree]:
         """Every leaf's member axis split along ``pop``, environment-batched fields along ``data`` too."""
-        return NamedSharding(self.mesh, PartitionSpec()), split_state(state, batch_axes(), self.mesh, "data", "pop")
+        return NamedSharding(self.mesh, PartitionSpec()), split_state(state, batch_axes(), self.mesh, "data", "pop", named_axes)
 
     def lowering(self) -> primitives.Lowering:
         """As ``DataParallel`` over ``data``, members kept on ``pop``."""

@@ -1,6 +1,7 @@
 """GAE bootstraps from V(final observation) on truncation and from nothing on termination;
 V-trace equals its defining sums, and n-step returns on-policy; n-step returns of
-replayed windows stop at an episode's end."""
+replayed windows stop at an episode's end; Q(lambda) returns equal their definition as
+a lambda-weighted mix of n-step returns cut at an episode's end."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_frag.recipes.advantages import gae, n_step_return, vtrace
+from jaxrl_frag.recipes.advantages import gae, n_step_return, q_lambda, vtrace
 
 GAMMA, LAM = 0.9, 0.8
 
@@ -132,3 +133,47 @@ def test_n_step_return_stops_at_the_first_end_of_an_episode() -> None:
     # bootstrap from the next observation of the last step counted, unless that step terminated
     np.testing.assert_allclose(discount, [GAMMA**3, 0.0, GAMMA**2, 0.0], rtol=1e-6)
     np.testing.assert_array_equal(last, [2, 1, 1, 0])
+
+
+def q_lambda_by_definition(rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+                           next_values: np.ndarray, gamma: float, lam: float) -> np.ndarray:
+    """(1 - lam) sum_k lam^(k-1) G^(k) + lam^(H-1) G^(H): the k-step returns G^(k) from step s,
+    each bootstrapping from the greedy value after its last step (nothing after a
+    termination), over the H steps up to the episode's end or the rollout's."""
+    steps, envs = rewards.shape
+    out = np.zeros_like(rewards)
+    for n in range(envs):
+        for s in range(steps):
+            ends = [t for t in range(s, steps) if terminated[t, n] or truncated[t, n]]
+            horizon = (ends[0] if ends else steps - 1) - s + 1
+
+            def k_step(k: int, s: int = s, n: int = n) -> float:
+                last = s + k - 1
+                bootstrap = 0.0 if terminated[last, n] else next_values[last, n]
+                return sum(gamma**i * rewards[s + i, n] for i in range(k)) + gamma**k * bootstrap
+
+            out[s, n] = (1 - lam) * sum(lam ** (k - 1) * k_step(k) for k in range(1, horizon)) \
+                + lam ** (horizon - 1) * k_step(horizon)
+    return out
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.65, 1.0])
+def test_q_lambda_equals_its_definition(lam: float) -> None:
+    for seed in range(3):
+        data = random_rollout(seed)
+        rng = np.random.default_rng(seed + 10)
+        terminated = rng.random(data["rewards"].shape) < 0.15
+        truncated = ~terminated & (rng.random(data["rewards"].shape) < 0.15)
+        args = (data["rewards"], terminated, truncated, data["next_values"])
+        got = q_lambda(*(jnp.asarray(a) for a in args), 0.95, lam)
+        np.testing.assert_allclose(got, q_lambda_by_definition(*args, 0.95, lam), rtol=1e-5, atol=1e-5)
+
+
+def test_q_lambda_bootstraps_at_a_truncation_and_not_at_a_termination() -> None:
+    rewards, next_values = jnp.array([[1.0], [2.0]]), jnp.array([[5.0], [7.0]])
+    ended, never = jnp.array([[True], [False]]), jnp.zeros((2, 1), bool)
+    truncated = q_lambda(rewards, never, ended, next_values, GAMMA, LAM)
+    terminated = q_lambda(rewards, ended, never, next_values, GAMMA, LAM)
+    np.testing.assert_allclose(truncated[0], 1.0 + GAMMA * 5.0)
+    np.testing.assert_allclose(terminated[0], 1.0)
+    np.testing.assert_allclose(truncated[1], 2.0 + GAMMA * 7.0)  # the last step bootstraps from what follows

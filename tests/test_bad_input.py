@@ -18,6 +18,7 @@ DQN = ["train", "dqn", "--env", "CartPole-v1"]
 NITRO = [*TRAIN, "--boost", "nitro"]
 INT32_MAX = "2,147,483,647"
 HELP = "run 'jaxrl-frag train ppo --help' for the settings"
+SPREAD = "jaxmarl:MPE_simple_spread_v3"
 
 CASES = [
     # recipe and environment
@@ -74,10 +75,29 @@ CASES = [
     (["train", "ppo", "--env", "gymnasium:Pendulum-v1", "--normalize-obs"], ["normalize_obs=True", "turn it off"]),
     (["train", "ppo", "--env", "gymnasium:CartPole-v1", "--seeds", "2"], ["env='gymnasium:CartPole-v1'", "population"]),
     (["train", "ppo", "--env", "gymnasium:CartPole-v1", "--boost", "nitro"], ["boost='nitro'", "turn boosting off"]),
+    # multi-agent environments and recipes
+    (["train", "ppo", "--env", SPREAD], [f"env='{SPREAD}'", "multi-agent environment (3 agents)", "ippo, mappo"]),
+    (["train", "sac", "--env", "jaxmarl:ant_4x2"], ["multi-agent environment (4 agents)", "SAC acts for one agent"]),
+    (["train", "ippo", "--env", "CartPole-v1"], ["env='CartPole-v1'", "has one agent", "jaxmarl: environment"]),
+    (["train", "mappo", "--env", "jaxmarl:MPE_simple_spred_v3"], ["unknown JaxMARL environment", f"did you mean {SPREAD}"]),
+    (["train", "ippo", "--env", SPREAD, "--normalize-obs"], ["normalize_obs=True", "has 3 agents", "turn it off"]),
+    (["train", "mappo", "--env", SPREAD, "--scale-reward"], ["scale_reward=True", "has 3 agents"]),
+    (["train", "ippo", "--env", "jaxmarl:humanoid_9|8", "--no-shared-params"],
+     ["env='jaxmarl:humanoid_9|8'", "continuous actions of different shapes", "(9,)", "(8,)", "cannot be stacked"]),
+    (["train", "ippo", "--env", SPREAD, "--torso", "cnn"], ["torso='cnn'", "needs image observations", "(3, 18)"]),
+    (["train", "pqn-vdn", "--env", "jaxmarl:ant_4x2"], ["env='jaxmarl:ant_4x2'", "PQNVDN supports discrete actions only"]),
+    (["train", "pqn", "--env", "Pendulum-v1"], ["env='Pendulum-v1'", "PQN supports discrete actions only"]),
+    (["train", "pqn", "--env", "CartPole-v1", "--q-lambda", "1.5"], ["q_lambda=1.5", "[0, 1]"]),
+    (["train", "pqn", "--env", "CartPole-v1", "--num-minibatches", "7"], ["num_minibatches=7", "choose one of"]),
+    (["train", "pqn", "--env", "CartPole-v1", "--torso", "cnn"], ["torso='cnn'", "needs image observations"]),
     # distribution policy
     ([*TRAIN, "--policy", "anakin"], ["--policy", "invalid choice: 'anakin'"]),
     ([*TRAIN, "--devices", "0"], ["devices=0", "positive"]),
     ([*TRAIN, "--policy", "data-parallel", "--devices", "3"], ["devices=3", "does not divide across 3 devices"]),
+    ([*TRAIN, "--policy", "data-parallel", "--agent-shards", "0"], ["agent_shards=0", "positive"]),
+    ([*TRAIN, "--policy", "data-parallel", "--devices", "4", "--agent-shards", "3"], ["agent_shards=3", "divide devices=4"]),
+    ([*TRAIN, "--policy", "data-parallel", "--devices", "4", "--agent-shards", "2"],
+     ["agent_shards=2", "keeps no state per agent", "drop --agent-shards"]),
     ([*TRAIN, "--shuffle", "global"], ["--shuffle", "invalid choice: 'global'"]),
     ([*TRAIN, "--policy", "actor-learner", "--staleness", "-1"], ["staleness=-1", "0 (synchronous)"]),
     ([*TRAIN, "--policy", "actor-learner", "--actor-devices", "0"], ["actor_devices=0", "positive"]),

@@ -22,6 +22,10 @@ SMALL = {
     "impala": ("CartPole-v1", ON_POLICY),
     "dqn": ("CartPole-v1", {**OFF_POLICY, "n_step": 3, "prioritized": True}),
     "sac": ("Pendulum-v1", {**OFF_POLICY, "hidden": (32, 32)}),
+    "ippo": ("jaxmarl:MPE_simple_spread_v3", {**ON_POLICY, "shared_params": False}),  # parameters per agent
+    "mappo": ("jaxmarl:SMAX_3m", ON_POLICY),  # action masks, the global state
+    "pqn": ("CartPole-v1", ON_POLICY),
+    "pqn-vdn": ("jaxmarl:MPE_simple_speaker_listener_v4", ON_POLICY),  # agents of 3 and 5 actions: padded, masked
 }
 SEED = 3
 EXACT = {

@@ -13,7 +13,8 @@ from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).parent.parent / "notebooks"
 # environment steps per training run, small enough for CI, large enough for a few rows of metrics
-BUDGETS = {"quickstart": 20_000, "write_your_own": 10_000, "distribution_policies": 4096, "sweeps": 4096}
+BUDGETS = {"quickstart": 20_000, "write_your_own": 10_000, "distribution_policies": 4096, "sweeps": 4096,
+           "multi_agent": 20_000}
 
 
 def test_every_notebook_is_tested_and_stored_without_outputs() -> None:

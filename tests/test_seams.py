@@ -46,7 +46,7 @@ class EvenDevices(Policy):
     def mesh(self) -> jax.sharding.Mesh:
         return jax.sharding.Mesh(np.array(jax.devices()[::2][: self.count]), ("data",))
 
-    def shardings(self, state: Any, batch_axes: Callable[[], BatchAxes]) -> tuple[Sharding, Any]:
+    def shardings(self, state: Any, batch_axes: Callable[[], BatchAxes], named_axes: Any) -> tuple[Sharding, Any]:
         return NamedSharding(self.mesh, PartitionSpec()), split_state(state, batch_axes(), self.mesh, "data")
 
     def lowering(self) -> primitives.Lowering:
@@ -76,7 +76,7 @@ def test_a_policy_written_outside_the_package_compiles_runs_and_draws(tmp_path: 
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)  # exact shuffling
     explanation = program.explain()
     assert explanation.placement == ("EvenDevices: environment batch over devices [0, 2, 4, 6]\n  split over "
-                                     "devices: env_state, obs; whole on every device: key, opt_state, params")
+                                     "devices: env_state, obs (mesh axis data); whole on every device: key, opt_state, params")
     drawn = explanation.draw(tmp_path / "graph.txt").read_text()
     assert "EvenDevices: environment batch over devices [0, 2, 4, 6]" in drawn and "actor.rollout" in drawn
 

@@ -8,7 +8,7 @@ differ in seed and in any traced hyperparameter, stacked on a leading axis and
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -65,6 +65,11 @@ class Population(Algorithm):
     @property
     def iterations_vary(self) -> bool:
         return self.members.iterations_vary
+
+    @property
+    def named_axes(self) -> Mapping[str, Mapping[str, int]]:
+        """The members' (counted after the member axis, as a population policy places them)."""
+        return self.members.named_axes
 
     def init(self, key: jax.Array) -> PyTree:
         """Every member's initial state from its own seed (``key`` is not used)."""

@@ -28,7 +28,9 @@ def explain(args: argparse.Namespace) -> int:
     policy = policies.make_policy(args)
     enable_compilation_cache()
     program = jf.compile(algo, policy, chunk_iterations=args.chunk_iterations)
-    print(f"{args.recipe} on {args.env}: {algo.steps_per_iteration} environment steps per iteration")
+    agents = getattr(getattr(algo, "env", None), "num_agents", None)
+    team = f", {agents} agents on the axis after the environment batch" if agents else ""
+    print(f"{args.recipe} on {args.env}: {algo.steps_per_iteration} environment steps per iteration{team}")
     explanation = program.explain()
     print(explanation)
     if args.draw is not None:
