@@ -13,9 +13,12 @@ Each agent's observation is flattened and zero-padded to the longest
 global state is the environment's own world state where it has one (SMAX), else every
 agent's padded observation side by side (JaxMARL's ``MPEWorldStateWrapper``); the
 action mask is the environment's available actions, padded to the most actions of any
-agent. An episode ends when JaxMARL's ``dones["__all__"]`` says so; it is a truncation
-where it ends at the environment's ``max_steps`` (where it has one), and a termination otherwise: per
-agent, a unit that dies (SMAX) terminates on its own while the others go on.
+agent. An episode ends when JaxMARL's ``dones["__all__"]`` says so: for every agent a
+truncation where the time limit ended it (SMAX: the battle undecided, both sides
+standing; the others: at the environment's ``max_steps``, or MABrax's ``episode_length``),
+and a termination otherwise; besides, an agent whose own ``dones`` entry is set (a SMAX
+unit that dies) terminates on its own while the others go on. MABrax environments are
+made without JaxMARL's auto-reset, which this adapter does itself.
 """
 
 from __future__ import annotations
@@ -68,6 +71,13 @@ def _families() -> list[str]:
     return [name for name in _jaxmarl().registered_envs if name not in _NOT_SERVED]
 
 
+def _mabrax_names() -> list[str]:
+    _jaxmarl()
+    from jaxmarl.environments.mabrax.mappings import _agent_action_mapping
+
+    return list(_agent_action_mapping)
+
+
 def ids() -> list[str]:
     """Every id this family serves."""
     return [PREFIX + name for name in (*_families(), *(SMAX + s for s in _smax_scenarios()))]
@@ -109,8 +119,9 @@ class JaxMarlEnv(Env):
     ``info``: ``episode_done``, and where it is true the episode's ``episode_return``
     (the mean of the agents' returns: the team's return per agent, the shared
     return where the reward is shared), ``episode_length``, each agent's
-    ``episode_return_agent<i>`` and, for SMAX, ``episode_won`` (1 where every enemy
-    unit is dead). Equal to another made from the same id and options.
+    ``episode_return_agent<i>`` and, for SMAX, ``episode_won`` (1 where the battle is won:
+    every enemy unit down, one of ours standing). Equal to another made from the same id
+    and options.
     """
 
     name: str
@@ -138,6 +149,8 @@ class JaxMarlEnv(Env):
             scenario = map_name_to_scenario(short.removeprefix(SMAX))
             inner = jaxmarl.make("HeuristicEnemySMAX", scenario=scenario, **{**SMAX_SETTINGS, **options})
         elif short in _families():
+            if short in _mabrax_names():  # the reset is this adapter's, so that final_obs is the episode's last
+                options = {**options, "auto_reset": False}
             inner = jaxmarl.make(short, **options)
         else:
             close = difflib.get_close_matches(name, ids(), n=3)
@@ -176,8 +189,9 @@ class JaxMarlEnv(Env):
 
     @property
     def max_steps(self) -> int | None:
-        """The time limit, where the environment has one: an episode that ends at it is truncated."""
-        return getattr(self.env, "max_steps", None)
+        """The time limit in steps, where the environment has one (JaxMARL's ``max_steps``,
+        or MABrax's ``episode_length``)."""
+        return getattr(self.env, "max_steps", None) or getattr(self.env, "episode_length", None)
 
     @property
     def observation_mask(self) -> np.ndarray:
@@ -246,13 +260,19 @@ class JaxMarlEnv(Env):
         obs = jax.tree.map(lambda r, s: jnp.where(done, r, s), self._observe(inner_reset, raw_reset), final_obs)
         reward = jnp.stack([rewards[a] for a in self.agents]).astype(jnp.float32)
         length = state.length + 1
-        truncated = done & (length >= self.max_steps) if self.max_steps else jnp.zeros_like(done)
-        terminated = jnp.stack([dones[a] for a in self.agents]) & ~truncated
+        info: dict[str, jax.Array] = {}
+        if self.smax:  # decided: one side has no unit left; won: the enemy's side (a unit of ours standing)
+            alive = stepped.state.unit_alive
+            allies, enemies = alive[:self.env.num_allies].any(), alive[self.env.num_allies:].any()
+            truncated = done & allies & enemies
+            info["episode_won"] = (allies & ~enemies).astype(jnp.float32)
+        else:
+            truncated = done & (length >= self.max_steps) if self.max_steps else jnp.zeros_like(done)
+        # an agent terminates where it is done (a unit that dies) and where the episode ends but by the time limit
+        terminated = (jnp.stack([dones[a] for a in self.agents]) | done) & ~truncated
         returns = state.agent_returns + reward
-        info = {"episode_done": done, "episode_return": returns.mean(), "episode_length": length,
-                **{f"episode_return_agent{i}": returns[i] for i in range(self.num_agents)}}
-        if self.smax:
-            info["episode_won"] = (~stepped.state.unit_alive[self.env.num_allies:].any()).astype(jnp.float32)
+        info.update({"episode_done": done, "episode_return": returns.mean(), "episode_length": length,
+                     **{f"episode_return_agent{i}": returns[i] for i in range(self.num_agents)}})
         keep = ~done
         state = JaxMarlState(inner, returns * keep, length * keep)
         return state, TimeStep(obs, reward, terminated, jnp.broadcast_to(truncated, terminated.shape), final_obs, info)

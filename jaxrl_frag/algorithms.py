@@ -65,7 +65,7 @@ class Algorithm:
         """Axes of the state besides the environment batch that a policy may split over a
         mesh axis of the same name: ``{name: {state field: axis}}``, say ``{"agents":
         {"params": 0}}`` for parameters stacked per agent. Within a field, the leaves with
-        more dimensions than ``axis`` carry it (a counter stays whole). None by default."""
+        more dimensions than ``axis`` carry it (a counter stays whole). Empty by default."""
         return {}
 
     @property

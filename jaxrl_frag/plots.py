@@ -10,14 +10,19 @@ from matplotlib.figure import Figure
 
 from jaxrl_frag.summary import bootstrap_ci
 
-PANELS = (("win rate", ("episode_won",)), ("value loss", ("value_loss",)),
-          ("policy loss and entropy", ("policy_loss", "entropy")), ("environments per round (boosted)", ("actors",)))
+PANELS = (("value loss", ("value_loss",)), ("policy loss and entropy", ("policy_loss", "entropy")),
+          ("environments per round (boosted)", ("actors",)))
+_DRAWN = ("episode_return", "episode_length", "episode_count")
 
 
 def learning_curve(metrics: Mapping[str, Sequence[float]], title: str) -> Figure:
-    """Mean episode return against environment steps, with the losses beside it
-    (each panel only if the run reports its metrics)."""
-    panels = [(name, [m for m in keys if m in metrics]) for name, keys in PANELS]
+    """Mean episode return against environment steps, with the environment's further
+    episode statistics (a win rate, say) and the losses beside it (each panel only if
+    the run reports its metrics; per-agent returns are left to ``metrics.csv``)."""
+    statistics = tuple(k for k in metrics if k.startswith("episode_") and k not in _DRAWN
+                       and not k.startswith("episode_return_"))
+    panels = [(name, [m for m in keys if m in metrics])
+              for name, keys in (("episode statistics", statistics), *PANELS)]
     panels = [(name, keys) for name, keys in panels if keys]
     fig = Figure(figsize=(5.5 * (1 + len(panels)), 4))
     axes = fig.subplots(1, 1 + len(panels), squeeze=False)

@@ -187,8 +187,9 @@ class SpmdExecutor:
         axes: dict[str, set[str]] = {}
         for path, sharding in jax.tree_util.tree_leaves_with_path(self.state_sharding):
             if path:
-                spec = getattr(sharding, "spec", ())
-                used = {a for part in spec if part for a in ((part,) if isinstance(part, str) else part)}
+                spec, mesh = getattr(sharding, "spec", ()), getattr(sharding, "mesh", None)
+                used = {a for part in spec if part for a in ((part,) if isinstance(part, str) else part)
+                        if mesh is None or mesh.shape[a] > 1}  # an axis of one device splits nothing
                 axes.setdefault(field_name(path[0]), set()).update(used)
         groups: dict[str, list[str]] = {}  # mesh axes -> the fields split over them
         for name, used in sorted(axes.items()):

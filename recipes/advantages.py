@@ -156,8 +156,8 @@ def q_lambda(
     gamma: jax.Array | float,
     lam: jax.Array | float,
 ) -> jax.Array:
-    """Q(lambda) returns (Watkins' with the max, Peng's mixing: PQN's targets) of a
-    time-major ``[T, N]`` rollout, computed backwards.
+    """Peng's Q(lambda) returns with greedy bootstraps (PQN's targets; no trace is cut at
+    exploratory actions) of a time-major ``[T, N]`` rollout, computed backwards.
 
     ``next_values[t]`` is ``max_a Q(x', a)`` of the observation ``x'`` after step ``t``
     (the one that ended the episode where it ended). Within an episode,

@@ -24,7 +24,7 @@ from jaxrl_frag.algorithms import hyperparameter, static_field
 from jaxrl_frag.errors import check
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes.networks import QValues
-from jaxrl_frag.recipes.off_policy import OffPolicyRecipe, linear, polyak
+from jaxrl_frag.recipes.off_policy import EXPLORATION, OffPolicyRecipe, check_exploration, linear, polyak
 
 PyTree = Any
 
@@ -58,16 +58,13 @@ class DQN(OffPolicyRecipe):
 
     action_spaces: ClassVar[tuple[type, ...]] = (envs.Discrete,)
     counts: ClassVar[tuple[str, ...]] = (*OffPolicyRecipe.counts, "n_step")
-    reals: ClassVar[tuple[str, ...]] = (*OffPolicyRecipe.reals, "epsilon_start", "epsilon_end", "exploration_fraction")
+    reals: ClassVar[tuple[str, ...]] = (*OffPolicyRecipe.reals, *EXPLORATION)
     window: ClassVar[int | str] = "n_step"
 
     @classmethod
     def validate(cls, s: dict[str, Any]) -> None:
         super().validate(s)
-        for name in ("epsilon_start", "epsilon_end"):
-            check(0 <= s[name] <= 1, name, s[name], "must lie in [0, 1]")
-        check(0 < s["exploration_fraction"] <= 1, "exploration_fraction", s["exploration_fraction"],
-              "must lie in (0, 1]")
+        check_exploration(s)
         check(s["td_loss"] in TD_LOSSES, "td_loss", s["td_loss"], f"choose one of {', '.join(TD_LOSSES)}")
 
     @property

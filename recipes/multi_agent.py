@@ -30,10 +30,10 @@ from jaxrl_frag.recipes.pqn import PQN, QTransition
 
 # JaxMARL's IPPO for MPE (baselines/IPPO/config/ippo_ff_mpe.yaml: 16 environments x 128 steps, 4 epochs of 4
 # minibatches, Adam 2.5e-4 annealed, 64x64 tanh networks), over 2e6 of its 1e7 steps: the return has levelled by then
-MPE_SETTINGS = dict(num_envs=16, num_steps=128, total_steps=2_000_000)
+MPE_DEFAULTS = dict(num_envs=16, num_steps=128, total_steps=2_000_000)
 # SMAX at JaxMARL's budget, with feed-forward networks (its SMAX baselines are recurrent): 128x128 ReLU, and Adam 2e-3
 # (JaxMARL's MAPPO rate); MAPPO on 3m wins 79% of its battles after 1.5e6 steps here, 66% at 5e-4 (benchmarks/RESULTS.md)
-SMAX_SETTINGS = dict(num_envs=64, num_steps=128, total_steps=10_000_000, lr=2e-3, hidden=(128, 128), activation="relu")
+SMAX_DEFAULTS = dict(num_envs=64, num_steps=128, total_steps=10_000_000, lr=2e-3, hidden=(128, 128), activation="relu")
 
 
 @struct.dataclass
@@ -51,9 +51,9 @@ class IPPO(PPO):
     @classmethod
     def defaults(cls, env_id: str) -> dict[str, Any]:
         if env_id.startswith("jaxmarl:MPE_"):
-            return MPE_SETTINGS
+            return MPE_DEFAULTS
         if env_id.startswith("jaxmarl:SMAX_"):
-            return SMAX_SETTINGS
+            return SMAX_DEFAULTS
         return {}
 
     @property

@@ -248,7 +248,8 @@ class LayerNormQ(nn.Module):
 class AgentsQ(nn.Module):
     """``LayerNormQ`` for agents on an array axis: ``AgentObs -> [..., agents, actions]``,
     one network for every agent (its one-hot id appended to its observation), the
-    actions outside ``action_mask`` at ``-inf``."""
+    actions outside ``action_mask`` at ``-inf`` (unless the mask rules out every action
+    of an agent: then none is ruled out, so that a greedy value stays finite)."""
 
     action_dim: int
     hidden: Sequence[int]
@@ -256,7 +257,8 @@ class AgentsQ(nn.Module):
     @nn.compact
     def __call__(self, obs: AgentObs) -> jax.Array:
         q = per_agent(LayerNormQ(self.action_dim, self.hidden), obs.obs, shared=True)
-        return jnp.where(obs.action_mask, q, -jnp.inf)
+        allowed = obs.action_mask | ~obs.action_mask.any(-1, keepdims=True)  # an agent with none may take any
+        return jnp.where(allowed, q, -jnp.inf)
 
 
 class TwinCritic(nn.Module):

@@ -219,3 +219,14 @@ def polyak(online: PyTree, target: PyTree, tau: jax.Array, due: jax.Array) -> Py
 def linear(start: jax.Array | float, end: jax.Array | float, progress: jax.Array) -> jax.Array:
     """``start`` to ``end`` as ``progress`` goes from 0 to 1, then ``end``."""
     return start + (end - start) * jnp.clip(progress, 0.0, 1.0)
+
+
+EXPLORATION = ("epsilon_start", "epsilon_end", "exploration_fraction")  # an epsilon-greedy recipe's real settings
+
+
+def check_exploration(s: dict[str, Any]) -> None:
+    """Refuse epsilon-greedy settings ``s`` outside their ranges: rates in [0, 1], the
+    share of the run they decay over in (0, 1]."""
+    for name in ("epsilon_start", "epsilon_end"):
+        check(0 <= s[name] <= 1, name, s[name], "must lie in [0, 1]")
+    check(0 < s["exploration_fraction"] <= 1, "exploration_fraction", s["exploration_fraction"], "must lie in (0, 1]")

@@ -30,7 +30,7 @@ from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes.advantages import q_lambda
 from jaxrl_frag.recipes.epochs import minibatch_epochs, updates_done
 from jaxrl_frag.recipes.networks import LayerNormQ
-from jaxrl_frag.recipes.off_policy import linear
+from jaxrl_frag.recipes.off_policy import EXPLORATION, check_exploration, linear
 from jaxrl_frag.recipes.recipe import Recipe
 from jaxrl_frag.recipes.rollout import collect
 
@@ -86,8 +86,7 @@ class PQN(Recipe):
 
     action_spaces: ClassVar[tuple[type, ...]] = (envs.Discrete,)
     counts: ClassVar[tuple[str, ...]] = (*Recipe.counts, "num_minibatches", "num_epochs")
-    reals: ClassVar[tuple[str, ...]] = (*Recipe.reals, "q_lambda", "epsilon_start", "epsilon_end",
-                                        "exploration_fraction", "reward_scale", "max_grad_norm")
+    reals: ClassVar[tuple[str, ...]] = (*Recipe.reals, *EXPLORATION, "q_lambda", "reward_scale", "max_grad_norm")
     positive: ClassVar[tuple[str, ...]] = (*Recipe.positive, "max_grad_norm", "reward_scale")
 
     @classmethod
@@ -107,10 +106,8 @@ class PQN(Recipe):
               lambda: f"must divide the batch num_envs * num_steps = {s['num_envs']} * {s['num_steps']} = {batch}; "
                       f"choose one of {divisors(batch, 16)}")
         check(s["torso"] in TORSOS, "torso", s["torso"], f"choose one of {', '.join(TORSOS)} (auto: cnn for images)")
-        for name in ("q_lambda", "epsilon_start", "epsilon_end"):
-            check(0 <= s[name] <= 1, name, s[name], "must lie in [0, 1]")
-        check(0 < s["exploration_fraction"] <= 1, "exploration_fraction", s["exploration_fraction"],
-              "must lie in (0, 1]")
+        check(0 <= s["q_lambda"] <= 1, "q_lambda", s["q_lambda"], "must lie in [0, 1]")
+        check_exploration(s)
         if s["anneal_lr"]:  # the schedule reads the optimizer's update count
             cls.check_updates(s, s["num_epochs"] * s["num_minibatches"])
 
@@ -151,7 +148,8 @@ class PQN(Recipe):
     # -- how the Q-values of one agent, or of a team, are read --------------------------
 
     def q_values(self, params: PyTree, obs: jax.Array) -> jax.Array:
-        """``[..., actions]``: the Q-values of every action (``-inf`` where not available)."""
+        """``[..., actions]``: the Q-values of every action (a network that masks actions
+        it may not take puts ``-inf`` there)."""
         return self.network.apply(params, obs)
 
     def chosen(self, q: jax.Array, action: jax.Array) -> jax.Array:
@@ -190,7 +188,7 @@ class PQN(Recipe):
         def act(obs: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array, tuple[()]]:
             q = self.q_values(params, obs)
             k_explore, k_random = jax.random.split(key)
-            # uniform over the available actions: where q is -inf, -inf + noise stays -inf
+            # uniform over the available actions (those with a finite value): the largest of uniform draws
             random = jnp.argmax(jnp.where(jnp.isfinite(q), jax.random.uniform(k_random, q.shape), -jnp.inf), -1)
             action = jnp.where(jax.random.uniform(k_explore, random.shape) < epsilon, random, q.argmax(-1))
             return action, action, ()

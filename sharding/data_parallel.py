@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from jaxrl_frag import primitives
@@ -58,9 +59,10 @@ class DataParallel(Policy):
         if self.agent_shards == 1:
             set_up_mesh(self, {self.axis: self.devices})
             return
-        check(self.devices is None or self.devices % self.agent_shards == 0, "agent_shards", self.agent_shards,
-              f"must divide devices={self.devices}: the mesh is devices // agent_shards x agent_shards")
-        data = None if self.devices is None else self.devices // self.agent_shards
+        devices = self.devices or (len(self.mesh.devices.flat) if self.mesh is not None else jax.device_count())
+        check(devices % self.agent_shards == 0, "agent_shards", self.agent_shards,
+              f"must divide devices={devices}: the mesh is devices // agent_shards x agent_shards")
+        data = devices // self.agent_shards
         set_up_mesh(self, {self.axis: data, AGENT_AXIS: self.agent_shards})
 
     @property
@@ -76,10 +78,10 @@ class DataParallel(Policy):
         """Replicated over the mesh; environment-batched fields split along ``axis``, and
         an algorithm's per-agent fields along the ``agents`` axis where the mesh has one."""
         check(AGENT_AXIS not in self.mesh.axis_names or AGENT_AXIS in named_axes, "agent_shards",
-              self.mesh.shape.get(AGENT_AXIS), "the algorithm keeps no state per agent to split (a multi-agent "
-              "recipe's parameters are per agent with --no-shared-params): drop --agent-shards")
-        return NamedSharding(self.mesh, PartitionSpec()), split_state(state, batch_axes(), self.mesh, self.axis,
-                                                                      named_axes=named_axes)
+              self.mesh.shape.get(AGENT_AXIS), f"the algorithm declares no state with an {AGENT_AXIS!r} axis to split "
+              "(a multi-agent recipe keeps its parameters per agent with --no-shared-params): drop --agent-shards")
+        return NamedSharding(self.mesh, PartitionSpec()), split_state(
+            state, batch_axes(), self.mesh, self.axis, named_axes=named_axes, settings={AGENT_AXIS: "agent_shards"})
 
     def lowering(self) -> primitives.Lowering:
         """The primitives over the batch split along ``axis``, shuffled as ``shuffle`` says."""

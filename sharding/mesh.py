@@ -49,15 +49,22 @@ def set_up_mesh(policy: Any, axes: dict[str, int | None]) -> None:
 
 
 def split_state(state: PyTree, batch_axes: BatchAxes, mesh: Mesh, data_axis: str,
-                 member_axis: str | None = None, named_axes: NamedAxes | None = None) -> PyTree:
+                 member_axis: str | None = None, named_axes: NamedAxes | None = None,
+                 settings: Mapping[str, str] | None = None) -> PyTree:
     """Shardings for ``state``: each environment-batched field split along ``data_axis``
     on its batch axis (``Shared`` nodes and leaves without that axis excepted); with
     ``member_axis``, every leaf's leading (member) axis split along it too, and the other
     axes counted after it; each of ``named_axes`` (``Algorithm.named_axes``) that names an
-    axis of ``mesh`` split along that mesh axis in its fields' leaves that carry it."""
+    axis of ``mesh`` split along that mesh axis in its fields' leaves that carry it.
+    ``settings`` names the policy setting that sizes a mesh axis, for the messages
+    (``devices`` where it names none)."""
     lead = 0 if member_axis is None else 1
     _check_declared(_fields(state), batch_axes, lead)
     named = {name: fields for name, fields in (named_axes or {}).items() if name in mesh.axis_names}
+    for name, fields in named.items():
+        for field in set(fields) & set(batch_axes):
+            check(fields[field] != batch_axes[field] and name != data_axis, f"named_axes[{name!r}]", dict(fields),
+                  f"puts axis {name!r} of state field {field!r} where its environment batch is: name another axis")
 
     def spec(ndim: int, axes: dict[int, str]) -> NamedSharding:
         parts: list[str | None] = [None] * ndim
@@ -71,7 +78,7 @@ def split_state(state: PyTree, batch_axes: BatchAxes, mesh: Mesh, data_axis: str
         count = mesh.shape[axis_name]
         if size % count:
             raise ConfigError(
-                "devices", count,
+                (settings or {}).get(axis_name, "devices"), count,
                 f"the {what} of {size} (state field {field!r}) does not divide across {count} devices; "
                 f"use a device count that divides it, or a multiple of {count}",
             )

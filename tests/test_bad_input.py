@@ -97,7 +97,7 @@ CASES = [
     ([*TRAIN, "--policy", "data-parallel", "--agent-shards", "0"], ["agent_shards=0", "positive"]),
     ([*TRAIN, "--policy", "data-parallel", "--devices", "4", "--agent-shards", "3"], ["agent_shards=3", "divide devices=4"]),
     ([*TRAIN, "--policy", "data-parallel", "--devices", "4", "--agent-shards", "2"],
-     ["agent_shards=2", "keeps no state per agent", "drop --agent-shards"]),
+     ["agent_shards=2", "declares no state with an 'agents' axis", "drop --agent-shards"]),
     ([*TRAIN, "--shuffle", "global"], ["--shuffle", "invalid choice: 'global'"]),
     ([*TRAIN, "--policy", "actor-learner", "--staleness", "-1"], ["staleness=-1", "0 (synchronous)"]),
     ([*TRAIN, "--policy", "actor-learner", "--actor-devices", "0"], ["actor_devices=0", "positive"]),

@@ -64,11 +64,20 @@ def test_the_time_limit_truncates_every_agent_and_a_dead_unit_terminates_alone()
     assert not np.asarray(ts.truncated)[~done].any()
     smax = envs.make(SMAX, num_envs=16)
     _, ts = random_steps(smax, 100)
-    terminated, done = np.asarray(ts.terminated), np.asarray(ts.info["episode_done"])
+    terminated, truncated = np.asarray(ts.terminated), np.asarray(ts.truncated)
+    done, won = np.asarray(ts.info["episode_done"]), np.asarray(ts.info["episode_won"])
     alone = terminated.any(axis=-1) & ~terminated.all(axis=-1) & ~done  # some units dead, the battle going on
-    assert alone.any()
-    won = np.asarray(ts.info["episode_won"])[done]
-    assert set(np.unique(won)) <= {0.0, 1.0}
+    assert alone.any() and not truncated[~done].any()
+    # a decided battle (won or lost) terminates every agent, survivors too; none is decided by the time limit here
+    assert done.sum() > 16 and terminated[done].all() and not truncated[done].any() and won.any()
+
+
+def test_the_team_return_is_the_mean_of_the_agents_returns() -> None:
+    _, ts = random_steps(envs.make(MPE, num_envs=8), 60)
+    done, info = np.asarray(ts.info["episode_done"]), jax.device_get(ts.info)
+    agents = np.stack([info[f"episode_return_agent{i}"][done] for i in range(3)])
+    assert np.ptp(agents, axis=0).max() > 0.1  # the agents' returns differ (their own collisions)
+    np.testing.assert_allclose(info["episode_return"][done], agents.mean(axis=0), rtol=1e-5)
 
 
 def test_shared_parameters_read_agent_ids_and_per_agent_ones_stack_on_an_agents_axis() -> None:
@@ -122,12 +131,11 @@ def smax_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[jf.Program, jf.H
     return program, whole, directory
 
 
-def test_episode_statistics_are_the_teams_with_each_agents_and_the_win_rate(smax_run) -> None:
+def test_a_run_reports_the_team_each_agent_and_the_win_rate(smax_run) -> None:
     _, whole, _ = smax_run
-    row = whole.final
-    assert row["episode_count"] > 0 and 0.0 <= row["episode_won"] <= 1.0
-    agents = [row[f"episode_return_agent{i}"] for i in range(3)]
-    assert row["episode_return"] == pytest.approx(np.mean(agents), rel=1e-5)
+    assert {"episode_return", "episode_won", *(f"episode_return_agent{i}" for i in range(3))} <= set(whole.final)
+    won, count = whole["episode_won"], whole["episode_count"]
+    assert (count > 0).all() and ((won >= 0) & (won <= 1)).all()
 
 
 def test_a_multi_agent_run_resumes_exactly(smax_run) -> None:
@@ -152,10 +160,11 @@ def test_ippo_learns_simple_spread() -> None:
 @pytest.mark.learning
 def test_mappo_wins_smax_3m() -> None:
     """Uniformly random available actions win none of 1,423 battles of SMAX 3m against
-    JaxMARL's heuristic enemy; MAPPO at its SMAX defaults wins 62% after 5e5 steps."""
-    algo = jf.recipes.MAPPO.create(SMAX, total_steps=500_000)
+    JaxMARL's heuristic enemy; MAPPO at its SMAX defaults with a constant learning rate
+    wins 43%, 34% and 37% of the battles of its last 5 rows after 5e5 steps (seeds 0-2)."""
+    algo = jf.recipes.MAPPO.create(SMAX, total_steps=500_000, anneal_lr=False)
     history = jf.compile(algo).run(jax.random.PRNGKey(0))
-    assert history["episode_won"][-5:].mean() >= 0.3, history["episode_won"]
+    assert history["episode_won"][-5:].mean() >= 0.2, history["episode_won"]
 
 
 def test_parameters_per_agent_split_over_an_agents_mesh_axis_and_the_run_is_the_same(tmp_path: Path) -> None:
@@ -175,8 +184,11 @@ def test_parameters_per_agent_split_over_an_agents_mesh_axis_and_the_run_is_the_
     assert "opt_state, params (mesh axis agents)" in explanation.placement
     assert "env_state, obs (mesh axis data)" in explanation.placement
     assert "opt_state, params (mesh axis agents)" in explanation.draw(tmp_path / "graph.dot").read_text()
-    with pytest.raises(ConfigError, match="keeps no state per agent"):
+    with pytest.raises(ConfigError, match="declares no state with an 'agents' axis"):
         jf.compile(jf.recipes.IPPO.create("jaxmarl:MPE_simple_speaker_listener_v4", **TINY), policy)
+    with pytest.raises(ConfigError) as err:  # three agents on two devices
+        jf.compile(jf.recipes.IPPO.create(MPE, shared_params=False, **TINY), DataParallel(2, agent_shards=2))
+    assert err.value.field == "agent_shards" and "'agents' axis of 3" in str(err.value)
 
 
 @pytest.mark.learning
@@ -186,3 +198,14 @@ def test_pqn_vdn_learns_simple_spread() -> None:
     history = jf.compile(jf.recipes.PQNVDN.create(MPE, total_steps=200_000)).run(jax.random.PRNGKey(0))
     returns = history["episode_return"]
     assert np.mean(returns[np.isfinite(returns)][-5:]) >= -22.5, returns
+
+
+def test_a_named_axis_on_the_environment_batch_axis_is_refused() -> None:
+    from jaxrl_frag.sharding.mesh import make_mesh, split_state
+
+    mesh = make_mesh(data=2, agents=2)
+    state = {"obs": jax.ShapeDtypeStruct((4, 2, 5), jnp.float32)}  # [environments, agents, features]
+    with pytest.raises(ConfigError, match="where its environment batch is"):
+        split_state(state, {"obs": 0}, mesh, "data", named_axes={"agents": {"obs": 0}})
+    placed = split_state(state, {"obs": 0}, mesh, "data", named_axes={"agents": {"obs": 1}})
+    assert tuple(placed["obs"].spec) == ("data", "agents", None)
