@@ -68,8 +68,9 @@ def test_the_time_limit_truncates_every_agent_and_a_dead_unit_terminates_alone()
     done, won = np.asarray(ts.info["episode_done"]), np.asarray(ts.info["episode_won"])
     alone = terminated.any(axis=-1) & ~terminated.all(axis=-1) & ~done  # some units dead, the battle going on
     assert alone.any() and not truncated[~done].any()
-    # a decided battle (won or lost) terminates every agent, survivors too; none is decided by the time limit here
-    assert done.sum() > 16 and terminated[done].all() and not truncated[done].any() and won.any()
+    # a decided battle terminates every agent, survivors too (random play loses each one within the time limit;
+    # the win flag is what test_mappo_wins_smax_3m's learner reaches)
+    assert done.sum() > 16 and terminated[done].all() and not truncated[done].any() and not won.any()
 
 
 def test_the_team_return_is_the_mean_of_the_agents_returns() -> None:
