@@ -13,6 +13,8 @@ import os
 import signal
 import sys
 
+STARTED = "resume_worker: the command starts"
+
 
 def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
@@ -47,6 +49,7 @@ def main() -> int:
         rundir.RunDir.append_metrics = on_nth(rundir.RunDir.append_metrics)
     from jaxrl_frag.cli import main as cli
 
+    print(STARTED, file=sys.stderr, flush=True)  # past Python's imports: the command's own signal handling from here
     return cli(argv)
 
 

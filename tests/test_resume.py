@@ -15,6 +15,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from resume_worker import STARTED
 from saved_state import read_state
 
 pytestmark = pytest.mark.slow  # real processes, each training for seconds
@@ -187,7 +188,8 @@ def test_a_second_ctrl_c_exits_at_once_and_keeps_the_newest_checkpoint(uninterru
 def test_ctrl_c_before_training_starts_exits_130_writing_nothing(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = _worker("none", 0, *TRAIN, "--run-dir", str(run_dir))
-    time.sleep(2.0)  # importing jax and tracing: long before the first call
+    assert proc.stderr.readline().strip() == STARTED  # Python has imported the package: the command starts
+    time.sleep(1.0)  # parsing, making the environment and tracing: long before the first call
     proc.send_signal(signal.SIGINT)
     status, _, err = _finish(proc)
     assert status == 130 and "interrupted" in err and "Traceback" not in err, err
