@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
-import gymnax
 import jax
 import numpy as np
-from gymnax.environments import spaces as gymnax_spaces
 
 from jaxrl_frag.envs.core import Box, Discrete, Env, PyTree, Space, TimeStep
 
+# gymnax is imported where it is first needed: importing it runs jax operations, which start jax's backend and fix
+# its CPU device count before a command line can set it
+
+
+@functools.cache
+def ids() -> frozenset[str]:
+    """gymnax's environment ids."""
+    import gymnax
+
+    return frozenset(gymnax.registered_envs)
+
 
 def _space(space: Any) -> Space:
+    from gymnax.environments import spaces as gymnax_spaces
+
     if isinstance(space, gymnax_spaces.Discrete):
         return Discrete(int(space.n))
     if isinstance(space, gymnax_spaces.Box):
@@ -48,6 +60,8 @@ class GymnaxEnv(Env):
         Returns:
             The environment, with gymnax's default parameters.
         """
+        import gymnax
+
         env, params = gymnax.make(name, **kwargs)
         return cls(name, tuple(sorted(kwargs.items())), env, params)
 

@@ -19,9 +19,7 @@ import importlib.metadata
 from collections.abc import Callable
 from typing import Any
 
-import gymnax
-
-from jaxrl_frag.envs import brax_env
+from jaxrl_frag.envs import brax_env, gymnax_env
 from jaxrl_frag.envs.core import Env
 from jaxrl_frag.envs.gymnax_env import GymnaxEnv
 from jaxrl_frag.envs.host_env import PREFIXES, HostEnv, is_host
@@ -34,7 +32,7 @@ _FACTORIES: dict[tuple[str, str], Callable[..., Env]] = {}  # loaded plugin fact
 
 
 def _built_in(name: str) -> bool:
-    return name in gymnax.registered_envs or name.startswith((brax_env.PREFIX, *PREFIXES))
+    return name in gymnax_env.ids() or name.startswith((brax_env.PREFIX, *PREFIXES))
 
 
 @functools.cache
@@ -115,7 +113,7 @@ def register(name: str, factory: Callable[..., Env]) -> None:
     Raises:
         ConfigError: If ``name`` is taken by a built-in family.
     """
-    check(name not in gymnax.registered_envs, "name", name, "is a gymnax environment id already; choose another")
+    check(name not in gymnax_env.ids(), "name", name, "is a gymnax environment id already; choose another")
     check(not name.startswith((brax_env.PREFIX, *PREFIXES)), "name", name,
           f"ids starting {', '.join((brax_env.PREFIX, *PREFIXES))} are Brax's and the host families'; choose another")
     _REGISTERED[name] = factory
@@ -125,7 +123,7 @@ def available() -> list[str]:
     """Every JAX environment id that ``make`` accepts (and any ``gymnasium:<id>`` or
     ``ale:<Game>``, and the ids of the plugins' families)."""
     plugin_ids = [name for name in plugins() if not name.endswith(":")]
-    return sorted({*gymnax.registered_envs, *brax_env.ids(), *_REGISTERED, *plugin_ids})
+    return sorted({*gymnax_env.ids(), *brax_env.ids(), *_REGISTERED, *plugin_ids})
 
 
 def make(
@@ -174,7 +172,7 @@ def make(
     plugin = None
     if name.startswith(brax_env.PREFIX):
         env: Env = brax_env.BraxEnv.make(name, **kwargs)
-    elif name in gymnax.registered_envs or name in _REGISTERED:
+    elif name in gymnax_env.ids() or name in _REGISTERED:
         env = _REGISTERED[name](**kwargs) if name in _REGISTERED else GymnaxEnv.make(name, **kwargs)
     elif (plugin := _plugin_for(name)) is not None:
         check(num_envs is None or num_envs > 0, "num_envs", num_envs, "must be a positive number of environments")

@@ -250,7 +250,7 @@ def test_policy_flags_are_generated_from_the_policies_fields_each_shared_flag_on
     generated = {p.flag.option: p for p in policies.policy_flags()}
     declared = {flags.option_of(f) for cls in POLICIES.values() for f in flags.settings_of(cls)}
     assert set(generated) == declared == {"--devices", "--shuffle", "--actor-devices", "--learner-devices",
-                                          "--staleness", "--transfer-dtype"}
+                                          "--staleness", "--transfer-dtype", "--agent-shards"}
     assert generated["--devices"].fields == {"data-parallel": "devices", "population": "pop"}
     assert set(generated["--shuffle"].fields) == {"data-parallel", "population", "actor-learner"}
     with pytest.raises(SystemExit):
@@ -314,3 +314,13 @@ def test_devices_after_jax_started_names_what_started_it_and_the_remedy(tmp_path
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     for text in expected:
         assert text in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow  # a process of its own: the command sets the device count before jax starts
+def test_devices_in_a_new_process_give_the_command_that_many_cpu_devices() -> None:
+    env = {**os.environ, "XLA_FLAGS": ""}  # one CPU device unless the command sets more
+    proc = subprocess.run([sys.executable, "-m", "jaxrl_frag", "explain", "ppo", "--env", "CartPole-v1", "--policy",
+                           "data-parallel", "--devices", "4", "--num-envs", "8", "--num-steps", "8"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "environment batch split over 4 cpu devices" in proc.stdout, proc.stdout

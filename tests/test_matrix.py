@@ -16,16 +16,19 @@ from jaxrl_frag.transforms import Population
 ON_POLICY = dict(num_envs=8, num_steps=16, total_steps=8 * 16 * 4, num_minibatches=2)  # 4 iterations
 OFF_POLICY = dict(num_envs=8, num_steps=4, total_steps=8 * 4 * 4, num_updates=2, minibatch_size=32, buffer_size=256,
                   learning_starts=64)  # 4 iterations, gradient steps from the second on
+MULTI_AGENT = "jaxmarl:switch_riddle"
 SMALL = {
     "ppo": ("CartPole-v1", ON_POLICY),
     "a2c": ("CartPole-v1", ON_POLICY),
     "impala": ("CartPole-v1", ON_POLICY),
     "dqn": ("CartPole-v1", {**OFF_POLICY, "n_step": 3, "prioritized": True}),
     "sac": ("Pendulum-v1", {**OFF_POLICY, "hidden": (32, 32)}),
-    "ippo": ("jaxmarl:MPE_simple_spread_v3", {**ON_POLICY, "shared_params": False}),  # parameters per agent
-    "mappo": ("jaxmarl:SMAX_3m", ON_POLICY),  # action masks, the global state
+    # the multi-agent recipes on JaxMARL's quickest environment to compile (masks, padding and SMAX's global state
+    # are test_multi_agent.py's)
+    "ippo": (MULTI_AGENT, {**ON_POLICY, "shared_params": False}),  # parameters per agent
+    "mappo": (MULTI_AGENT, ON_POLICY),
     "pqn": ("CartPole-v1", ON_POLICY),
-    "pqn-vdn": ("jaxmarl:MPE_simple_speaker_listener_v4", ON_POLICY),  # agents of 3 and 5 actions: padded, masked
+    "pqn-vdn": (MULTI_AGENT, ON_POLICY),
 }
 SEED = 3
 EXACT = {

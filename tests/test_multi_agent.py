@@ -19,6 +19,7 @@ from jaxrl_frag.checkpoints import Checkpoints
 
 MPE = "jaxmarl:MPE_simple_spread_v3"
 SMAX = "jaxmarl:SMAX_3m"
+SWITCH_RIDDLE = "jaxmarl:switch_riddle"  # JaxMARL's quickest environment to compile: 3 agents
 TINY = dict(num_envs=4, num_steps=8, total_steps=4 * 8 * 2, num_minibatches=2)
 SMAX_SMALL = dict(num_envs=8, num_steps=32, total_steps=8 * 32 * 8, num_minibatches=4)  # 8 iterations
 
@@ -171,9 +172,8 @@ def test_mappo_wins_smax_3m() -> None:
 def test_parameters_per_agent_split_over_an_agents_mesh_axis_and_the_run_is_the_same(tmp_path: Path) -> None:
     from jaxrl_frag.sharding import DataParallel
 
-    algo = jf.recipes.IPPO.create("jaxmarl:MPE_simple_speaker_listener_v4", shared_params=False,
-                                  **{**TINY, "total_steps": 4 * 8 * 4})
-    policy = DataParallel(4, shuffle="exact", agent_shards=2)  # 2 (environments) x 2 (agents)
+    algo = jf.recipes.IPPO.create(SWITCH_RIDDLE, shared_params=False, **{**TINY, "total_steps": 4 * 8 * 4})
+    policy = DataParallel(6, shuffle="exact", agent_shards=3)  # 2 (environments) x 3 (agents)
     program = jf.compile(algo, policy, chunk_iterations=2)
     history = program.run(jax.random.PRNGKey(0))
     kernel = history.state.params["params"]["pi"]["Dense_0"]["kernel"]  # [agents, D, 64]
@@ -186,17 +186,18 @@ def test_parameters_per_agent_split_over_an_agents_mesh_axis_and_the_run_is_the_
     assert "env_state, obs (mesh axis data)" in explanation.placement
     assert "opt_state, params (mesh axis agents)" in explanation.draw(tmp_path / "graph.dot").read_text()
     with pytest.raises(ConfigError, match="declares no state with an 'agents' axis"):
-        jf.compile(jf.recipes.IPPO.create("jaxmarl:MPE_simple_speaker_listener_v4", **TINY), policy)
+        jf.compile(jf.recipes.IPPO.create(SWITCH_RIDDLE, **TINY), policy)
     with pytest.raises(ConfigError) as err:  # three agents on two devices
-        jf.compile(jf.recipes.IPPO.create(MPE, shared_params=False, **TINY), DataParallel(2, agent_shards=2))
+        jf.compile(jf.recipes.IPPO.create(SWITCH_RIDDLE, shared_params=False, **TINY), DataParallel(2, agent_shards=2))
     assert err.value.field == "agent_shards" and "'agents' axis of 3" in str(err.value)
 
 
 @pytest.mark.learning
 def test_pqn_vdn_learns_simple_spread() -> None:
-    """PQN-VDN at JaxMARL's MPE settings: -21.3 after 1e5 steps and -18.3 after 3e5
-    (seed 0), against -27.8 for uniformly random actions."""
-    history = jf.compile(jf.recipes.PQNVDN.create(MPE, total_steps=200_000)).run(jax.random.PRNGKey(0))
+    """PQN-VDN at JaxMARL's MPE settings: -21.4, -21.5 and -21.1 over the last 5 rows after
+    1e5 steps (seeds 0-2) and -18.3 after 3e5 (seed 0), against -27.8 for uniformly random
+    actions."""
+    history = jf.compile(jf.recipes.PQNVDN.create(MPE, total_steps=100_000)).run(jax.random.PRNGKey(0))
     returns = history["episode_return"]
     assert np.mean(returns[np.isfinite(returns)][-5:]) >= -22.5, returns
 
