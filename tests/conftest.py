@@ -10,7 +10,9 @@ compilation does (``test_compilation_cache.py``).
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 # eight CPU devices for the data-parallel tests; set before jax initialises its backend
@@ -38,9 +40,10 @@ CACHE_BYTES = 2 * 2**30
 # marked here rather than in the module (see the markers in pyproject.toml): modules of real processes throughout,
 # and every test that reads the 5e5-step yardstick run
 SLOW_MODULES = ("test_multiprocess.py", "test_packaging.py")
-# its Atari test alone is a sixth of the suite's work: under pytest-xdist (make test) it starts first, and the
-# other worker runs the rest beside it
-FIRST_MODULES = ("test_host_envs.py",)
+# under pytest-xdist (make test) whole modules go to the two workers in this order, the costliest first so that no
+# worker is left with a long one at the end: the Atari test alone is a sixth of the suite's work, the recipe x policy
+# matrix (54 programs) a quarter of the quick tests'
+FIRST_MODULES = ("test_host_envs.py", "test_matrix.py")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -61,13 +64,40 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
     # the longest modules first, those holding slow or learning tests, each module's tests together and in order
     long = {item.path for item in items if item.get_closest_marker("slow") or item.get_closest_marker("learning")}
-    items.sort(key=lambda item: (item.path.name not in FIRST_MODULES, item.path not in long))
+    first = {name: i for i, name in enumerate(FIRST_MODULES)}
+    items.sort(key=lambda item: (first.get(item.path.name, len(first)), item.path not in long))
+
+
+@contextlib.contextmanager
+def optimized(full: bool) -> Iterator[None]:
+    """Programs compiled within, in this process and in the processes it starts, with XLA's full optimizations or
+    without its costlier ones (a third less compile time, programs about 1.7x slower)."""
+    before = os.environ.get("JAX_DISABLE_MOST_OPTIMIZATIONS"), jax.config.read("jax_disable_most_optimizations")
+    os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = str(int(not full))
+    jax.config.update("jax_disable_most_optimizations", not full)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_disable_most_optimizations", before[1])
+        if before[0] is None:
+            del os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"]
+        else:
+            os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = before[0]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A test without a learning threshold runs a few iterations, so compiling is most of its time: its programs
+    compile without the costlier optimizations. A learning test compiles as a user's run does."""
+    with optimized(full=item.get_closest_marker("learning") is not None):
+        yield
 
 
 @pytest.fixture(scope="session")
 def cartpole_program() -> jf.Program:
-    """PPO on CartPole-v1 with the yardstick's settings: 5e5 steps, 4 envs."""
-    return jf.compile(jf.recipes.PPO.create("CartPole-v1", total_steps=500_000), chunk_iterations=16)
+    """PPO on CartPole-v1 with the yardstick's settings: 5e5 steps, 4 envs (fully optimized: tests run it whole)."""
+    with optimized(full=True):
+        return jf.compile(jf.recipes.PPO.create("CartPole-v1", total_steps=500_000), chunk_iterations=16)
 
 
 @pytest.fixture(scope="session")
