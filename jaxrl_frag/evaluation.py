@@ -188,8 +188,8 @@ def evaluate(trained: Trained, episodes: int, greedy: bool = True, seed: int = 0
     check(bool((ended >= each).all()), "episodes", episodes,
           f"not every episode of {env.name} ended within {STEPS_MAX:,} steps of each environment (does it have a time "
           "limit?); ask for fewer episodes")
-    order = lambda x: x.T.reshape(-1)[:episodes]  # noqa: E731  (episode index, then environment)
-    return Episodes(order(returns), order(lengths))
+    # by episode index, then environment: every environment's first episode, then every one's second, ...
+    return Episodes(returns.T.reshape(-1)[:episodes], lengths.T.reshape(-1)[:episodes])
 
 
 def record_episode(trained: Trained, greedy: bool, seed: int, limit: int) -> tuple[PyTree, np.ndarray]:

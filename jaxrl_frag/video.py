@@ -14,6 +14,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from jaxrl_frag.errors import check
+from jaxrl_frag.evaluation import Trained, record_episode
 
 SIZE = (400, 240)  # frame width and height in pixels
 INK, CART, POLE = (40, 40, 40), (60, 110, 180), (200, 120, 50)
@@ -45,7 +46,7 @@ def _pendulum(state: Any, params: Any) -> Image.Image:
     return image
 
 
-# environment id -> (its frame of one state, seconds per step)
+# environment id -> (the frame of a state, the seconds a step lasts), both from the environment's parameters too
 RENDERERS: dict[str, tuple[Callable[[Any, Any], Image.Image], Callable[[Any], float]]] = {
     "CartPole-v1": (_cartpole, lambda params: float(params.tau)),
     "Pendulum-v1": (_pendulum, lambda params: float(params.dt)),
@@ -63,11 +64,10 @@ def check_video(path: Path, env_id: str) -> None:
           "exists and is not a GIF, which --video would replace: give another path")
 
 
-def write_video(trained: Any, path: Path, greedy: bool, seed: int) -> tuple[int, float]:
-    """Draw one episode of ``trained``'s policy (``evaluation.Trained``) into ``path``
-    (``check_video`` first); returns its length and return."""
+def write_video(trained: Trained, path: Path, greedy: bool, seed: int) -> tuple[int, float]:
+    """Draw one episode of ``trained``'s policy into ``path`` (``check_video`` first);
+    returns its length and return."""
     from jaxrl_frag import envs
-    from jaxrl_frag.evaluation import record_episode
 
     env_id = trained.recipe.env.name
     draw, seconds = RENDERERS[env_id]
