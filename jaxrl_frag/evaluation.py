@@ -86,6 +86,7 @@ def restore(run_dir: str | Path, member: int | None = None) -> Trained:
     size = config.get("members")
     if size is None:
         check(member in (None, 0), "member", member, "the run is not a population (it has one member): drop --member")
+        member = None
     else:
         member = 0 if member is None else member
         check(isinstance(member, int) and 0 <= member < size, "member", member,
@@ -108,8 +109,8 @@ def restore(run_dir: str | Path, member: int | None = None) -> Trained:
     check(checkpoint is not None, "run_dir", str(run.path),
           f"holds no usable checkpoint in {run.checkpoints} (the warnings above say why); continue the run to save "
           f"one: jaxrl-frag resume {run.path}")
-    recipe, state = _recipe_of(algo, checkpoint.state, member if size is not None else None)
-    return Trained(recipe, state, checkpoint.iteration, member if size is not None else None)
+    recipe, state = _recipe_of(algo, checkpoint.state, member)
+    return Trained(recipe, state, checkpoint.iteration, member)
 
 
 def _recipe_of(algo: Any, state: PyTree, member: int | None) -> tuple[Recipe, PyTree]:
