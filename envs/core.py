@@ -167,6 +167,13 @@ class Env:
         """Returns ``(state, timestep)``; a finished episode is reset in the same call."""
         raise NotImplementedError
 
+    def observation_fn(self, state: PyTree) -> Callable[[jax.Array], jax.Array]:
+        """What this environment makes of the bare environment's observations, with the
+        statistics it keeps in ``state`` held fixed (to act after training on
+        observations from elsewhere); the identity unless a wrapper transforms them."""
+        del state
+        return lambda obs: obs
+
     def rollout(self, act: Act, state: PyTree, obs: jax.Array, key: jax.Array,
                 num_steps: int) -> tuple[Steps, PyTree, PyTree, jax.Array, Ended]:
         """``num_steps`` steps of this batch from ``(state, obs)``, each action chosen by
@@ -230,3 +237,7 @@ class Wrapper(Env):
     def step(self, key: jax.Array, state: PyTree, action: jax.Array) -> tuple[PyTree, TimeStep]:
         """The inner environment's step."""
         return self.inner.step(key, state, action)
+
+    def observation_fn(self, state: PyTree) -> Callable[[jax.Array], jax.Array]:
+        """The inner environment's (a wrapper that keeps a state of its own passes its inner part)."""
+        return self.inner.observation_fn(state)

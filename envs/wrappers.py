@@ -8,6 +8,7 @@ distribution policy keeps global.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -58,6 +59,9 @@ class EpisodeStatistics(Wrapper):
         keep = ~ts.done
         state = EpisodeState(inner, ret * keep, length * keep)
         return state, ts._replace(info=info)
+
+    def observation_fn(self, state: EpisodeState) -> Callable[[jax.Array], jax.Array]:
+        return self.inner.observation_fn(state.inner)
 
 
 @struct.dataclass
@@ -124,6 +128,11 @@ class NormalizeObservation(Wrapper):
         ts = ts._replace(obs=self._normalize(moments, ts.obs), final_obs=self._normalize(moments, ts.final_obs))
         return NormalizeState(inner, moments), ts
 
+    def observation_fn(self, state: NormalizeState) -> Callable[[jax.Array], jax.Array]:
+        """Standardised by the statistics in ``state``, as they stand."""
+        inner = self.inner.observation_fn(state.inner)
+        return lambda obs: self._normalize(state.moments, inner(obs))
+
 
 @struct.dataclass
 class ScaleState:
@@ -152,3 +161,6 @@ class ScaleReward(Wrapper):
         moments = state.moments.update(ret)
         reward = jnp.clip(ts.reward / jnp.sqrt(moments.var + 1e-8), -self.clip, self.clip)
         return ScaleState(inner, ret * ~ts.done, moments), ts._replace(reward=reward)
+
+    def observation_fn(self, state: ScaleState) -> Callable[[jax.Array], jax.Array]:
+        return self.inner.observation_fn(state.inner)

@@ -93,7 +93,7 @@ class Checkpoints:
         """Block until every started save is on disk."""
         self._manager.wait_until_finished()
 
-    def restore(self, like: PyTree) -> Checkpoint | None:
+    def restore(self, like: PyTree, read_only: bool = False) -> Checkpoint | None:
         """The newest usable step, placed like ``like`` (arrays or ``ShapeDtypeStruct``s
         with shardings: any mesh); ``None`` if there is no step at all.
 
@@ -103,6 +103,8 @@ class Checkpoints:
 
         Args:
             like: The state's structure, shapes, dtypes and target shardings.
+            read_only: Leave the steps as they are: an unusable one is skipped with the
+                warning, not moved aside (to read a run that another process may be writing).
 
         Returns:
             The restored ``Checkpoint``, or ``None`` where no step is usable.
@@ -119,9 +121,9 @@ class Checkpoints:
                 problem = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
             if problem is None:
                 return Checkpoint(state, int(meta["iteration"]), meta)
-            aside = self._set_aside(step)
+            where = "left it in place" if read_only else f"moved it to {self._set_aside(step)}"
             warnings.warn(f"checkpoint step {step} in {self.directory} is unusable ({problem}); "
-                          f"moved it to {aside}, trying the step before", stacklevel=2)
+                          f"{where}, trying the step before", stacklevel=2)
         return None
 
     @property

@@ -27,11 +27,12 @@ from typing import Any
 
 from jaxrl_frag.errors import ConfigError
 
-CONFIG, METRICS, CURVE, CHECKPOINTS, TENSORBOARD, LOCK = (
-    "config.json", "metrics.csv", "learning_curve.png", "checkpoints", "tensorboard", "run.lock")
-# what a run writes: all that --overwrite removes (with rows set aside, metrics.DATE.csv)
+CONFIG, METRICS, CURVE, CHECKPOINTS, TENSORBOARD, LOCK, EVAL = (
+    "config.json", "metrics.csv", "learning_curve.png", "checkpoints", "tensorboard", "run.lock", "eval.csv")
+EVAL_COLUMNS = ("episode", "return", "length")  # eval.csv's, one row per episode (``jaxrl-frag evaluate``)
+# what a run writes (and evaluate): all that --overwrite removes (with rows set aside, metrics.DATE.csv)
 _ENTRIES = frozenset({CONFIG, METRICS, CURVE, CHECKPOINTS, CHECKPOINTS + ".damaged", TENSORBOARD, LOCK,
-                      "summary.md", "summary.csv", CONFIG + ".tmp", METRICS + ".tmp"})
+                      "summary.md", "summary.csv", CONFIG + ".tmp", METRICS + ".tmp", EVAL, EVAL + ".tmp"})
 _ROWS_ASIDE = re.compile(r"metrics\.\d{8}-\d{6}(-\d+)?\.csv")
 # what a run killed or failing before its first write may leave: the directory is still free
 _LEFTOVERS = frozenset({LOCK, CONFIG + ".tmp", METRICS + ".tmp"})
@@ -252,6 +253,29 @@ class RunDir:
         writer.writeheader()
         writer.writerows(kept)
         _write_atomically(self.path / METRICS, text.getvalue())
+
+    def check_eval(self) -> None:
+        """Raise ``ConfigError`` where ``eval.csv`` is there and no evaluation wrote it (its
+        columns are not ``EVAL_COLUMNS``): ``write_eval`` replaces only its own."""
+        path = self.path / EVAL
+        if not path.exists():
+            return
+        try:
+            with open(path, newline="") as f:
+                header = tuple(next(csv.reader(f), []))
+        except (OSError, UnicodeDecodeError, csv.Error):
+            header = ()
+        if header != EVAL_COLUMNS:
+            raise ConfigError("run_dir", str(self.path), f"holds an {EVAL} that no evaluation wrote (its columns are "
+                                                         f"not {', '.join(EVAL_COLUMNS)}); move it elsewhere first")
+
+    def write_eval(self, rows: list[dict[str, float]]) -> Path:
+        """Write ``eval.csv`` (``EVAL_COLUMNS``, one row per episode) whole, replacing one that
+        an evaluation wrote (``check_eval``); returns its path."""
+        self.check_eval()
+        path = self.path / EVAL
+        _write_atomically(path, _csv_text(rows, list(EVAL_COLUMNS)))
+        return path
 
     def read_metrics(self) -> dict[str, list[float]]:
         with open(self.path / METRICS, newline="") as f:

@@ -24,7 +24,7 @@ from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes.advantages import gae
 from jaxrl_frag.recipes.epochs import minibatch_epochs, updates_done
 from jaxrl_frag.recipes.networks import ACTIVATIONS, ActorCritic
-from jaxrl_frag.recipes.recipe import Recipe
+from jaxrl_frag.recipes.recipe import PolicyFn, Recipe
 from jaxrl_frag.recipes.rollout import collect
 
 PyTree = Any
@@ -140,6 +140,25 @@ class ActorCriticRecipe(Recipe):
         action_dim = int(np.prod(space.shape)) if self.continuous else space.n
         return ActorCritic(action_dim, self.hidden, self.continuous, self.network_torso, self.activation)
 
+    def env_action(self, action: jax.Array) -> jax.Array:
+        """The action sent to the environment: a continuous one clipped to its bounds."""
+        if not self.continuous:
+            return action
+        space = self.env.action_space
+        return jnp.clip(action, jnp.asarray(space.low), jnp.asarray(space.high))
+
+    def policy_fn(self, state: ActorCriticState, greedy: bool) -> PolicyFn:
+        """The policy network's action (``Recipe.policy_fn``): its most likely one (the
+        Gaussian's mean) or a sample, clipped to the bounds, on observations standardised
+        as in training."""
+        observe = self.env.observation_fn(state.env_state)
+
+        def act(obs: jax.Array, key: jax.Array) -> jax.Array:
+            dist, _ = self.network.apply(state.params, observe(obs))
+            return self.env_action(dist.mode() if greedy else dist.sample(key))
+
+        return act
+
     def learning_rate(self, update: jax.Array) -> jax.Array:
         """The learning rate of optimizer update number ``update``: annealed linearly to
         zero over the run's iterations, or constant."""
@@ -242,13 +261,11 @@ class ActorCriticRecipe(Recipe):
     ) -> tuple[Transition, PyTree, jax.Array, Metrics]:
         """``num_steps`` steps of every environment with the current policy."""
         net = self.network
-        space = self.env.action_space
 
         def act(obs: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array, tuple[jax.Array, jax.Array]]:
             dist, value = net.apply(params, obs)
             action = dist.sample(key)
-            env_action = jnp.clip(action, jnp.asarray(space.low), jnp.asarray(space.high)) if self.continuous else action
-            return action, env_action, (dist.log_prob(action), value)
+            return action, self.env_action(action), (dist.log_prob(action), value)
 
         steps, (log_prob, value), env_state, obs, episodes = collect(self.env, act, env_state, obs, key, self.num_steps)
         final_value = jax.vmap(lambda o: net.apply(params, o, method="value"))(steps.next_obs)

@@ -80,9 +80,12 @@ class DQN(OffPolicyRecipe):
     def init_learner(self, key: jax.Array, obs: jax.Array, policy: PyTree) -> DQNLearner:
         return DQNLearner(policy, self.optimizer().init(policy), jnp.int32(0))
 
+    def greedy_action(self, policy: PyTree, obs: jax.Array) -> jax.Array:
+        return self.network.apply(policy, obs).argmax(-1)
+
     def act(self, policy: PyTree, obs: jax.Array, key: jax.Array, steps: jax.Array) -> tuple[jax.Array, jax.Array]:
         k_explore, k_random = jax.random.split(key)
-        greedy = self.network.apply(policy, obs).argmax(-1)
+        greedy = self.greedy_action(policy, obs)
         random = jax.random.randint(k_random, greedy.shape, 0, self.env.action_space.n)
         action = jnp.where(jax.random.uniform(k_explore, greedy.shape) < self.epsilon(steps), random, greedy)
         return action, action

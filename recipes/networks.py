@@ -29,6 +29,10 @@ class Categorical(NamedTuple):
         logp = jax.nn.log_softmax(self.logits)
         return -(jnp.exp(logp) * logp).sum(-1)
 
+    def mode(self) -> jax.Array:
+        """The most likely action."""
+        return self.logits.argmax(-1)
+
 
 class Gaussian(NamedTuple):
     """A diagonal Gaussian over continuous actions."""
@@ -46,6 +50,10 @@ class Gaussian(NamedTuple):
     def entropy(self) -> jax.Array:
         per_dim = 0.5 + 0.5 * jnp.log(2 * jnp.pi) + jnp.log(self.std)
         return jnp.broadcast_to(per_dim, self.mean.shape).sum(-1)
+
+    def mode(self) -> jax.Array:
+        """The most likely action: the mean."""
+        return self.mean
 
 
 def patches(x: jax.Array, kernel: int = 3, stride: int = 1) -> jax.Array:
@@ -293,6 +301,7 @@ class SquashedGaussian(NamedTuple):
         return self.low + half_range * (jnp.tanh(z) + 1.0), log_prob
 
     def mode(self) -> jax.Array:
+        """The squashed mean: the deterministic action."""
         return self.low + (self.high - self.low) / 2.0 * (jnp.tanh(self.mean) + 1.0)
 
 

@@ -25,7 +25,7 @@ from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes.advantages import n_step_return
-from jaxrl_frag.recipes.recipe import Recipe
+from jaxrl_frag.recipes.recipe import PolicyFn, Recipe
 from jaxrl_frag.recipes.rollout import collect
 
 PyTree = Any
@@ -119,6 +119,21 @@ class OffPolicyRecipe(Recipe):
             one sent to the environment (the same one in DQN and SAC).
         """
         raise NotImplementedError
+
+    def greedy_action(self, policy: PyTree, obs: jax.Array) -> jax.Array:
+        """The deterministic action of the behaviour policy on observations ``[N, ...]``
+        (the greedy Q-value's, the squashed Gaussian's mean)."""
+        raise NotImplementedError
+
+    def policy_fn(self, state: OffPolicyState, greedy: bool) -> PolicyFn:
+        """``greedy_action``, or the behaviour policy ``act`` as it acts at the end of the
+        run (``Recipe.policy_fn``)."""
+        end = jnp.int32(self.total_steps)
+
+        def act(obs: jax.Array, key: jax.Array) -> jax.Array:
+            return self.greedy_action(state.policy, obs) if greedy else self.act(state.policy, obs, key, end)[1]
+
+        return act
 
     def update(self, policy: PyTree, learner: PyTree, drawn: replay.Sample,
                key: jax.Array) -> tuple[PyTree, PyTree, jax.Array, Metrics]:

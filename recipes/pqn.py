@@ -31,7 +31,7 @@ from jaxrl_frag.recipes.advantages import q_lambda
 from jaxrl_frag.recipes.epochs import minibatch_epochs, updates_done
 from jaxrl_frag.recipes.networks import LayerNormQ
 from jaxrl_frag.recipes.off_policy import EXPLORATION, check_exploration, linear
-from jaxrl_frag.recipes.recipe import Recipe
+from jaxrl_frag.recipes.recipe import PolicyFn, Recipe
 from jaxrl_frag.recipes.rollout import collect
 
 PyTree = Any
@@ -164,6 +164,20 @@ class PQN(Recipe):
         """The rewards, terminations and truncations the returns are computed from."""
         return traj.reward * self.reward_scale, traj.terminated, traj.truncated
 
+    def explore(self, params: PyTree, obs: jax.Array, key: jax.Array, epsilon: jax.Array | float) -> jax.Array:
+        """Epsilon-greedy actions on observations ``obs``: with probability ``epsilon``
+        one uniform over the available actions (those with a finite value), else the greedy one."""
+        q = self.q_values(params, obs)
+        k_explore, k_random = jax.random.split(key)
+        random = jnp.argmax(jnp.where(jnp.isfinite(q), jax.random.uniform(k_random, q.shape), -jnp.inf), -1)
+        return jnp.where(jax.random.uniform(k_explore, random.shape) < epsilon, random, q.argmax(-1))
+
+    def policy_fn(self, state: PQNState, greedy: bool) -> PolicyFn:
+        """``explore`` with epsilon 0 (greedy) or ``epsilon_end``, as the run ends
+        (``Recipe.policy_fn``)."""
+        epsilon = 0.0 if greedy else self.epsilon_end
+        return lambda obs, key: self.explore(state.params, obs, key, epsilon)
+
     # -- the algorithm -------------------------------------------------------------
 
     def init(self, key: jax.Array) -> PQNState:
@@ -186,11 +200,7 @@ class PQN(Recipe):
         """``num_steps`` epsilon-greedy steps of every environment with the current Q-network."""
 
         def act(obs: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array, tuple[()]]:
-            q = self.q_values(params, obs)
-            k_explore, k_random = jax.random.split(key)
-            # uniform over the available actions (those with a finite value): the largest of uniform draws
-            random = jnp.argmax(jnp.where(jnp.isfinite(q), jax.random.uniform(k_random, q.shape), -jnp.inf), -1)
-            action = jnp.where(jax.random.uniform(k_explore, random.shape) < epsilon, random, q.argmax(-1))
+            action = self.explore(params, obs, key, epsilon)
             return action, action, ()
 
         steps, _, env_state, obs, episodes = collect(self.env, act, env_state, obs, key, self.num_steps)

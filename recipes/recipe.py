@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import jax
@@ -17,6 +18,9 @@ from jaxrl_frag.bounds import EXACT_STEPS, INT32, INT32_MAX, check_count, is_who
 from jaxrl_frag.errors import ConfigError, check
 
 _RESUMED = 0x7E5  # folded into the state's key for the seeds of environments started afresh on resume
+# act(obs, key) -> action: a batch of observations [N, ...] as the bare environment gives them (no normalisation) and
+# one key, to the actions sent to the environment [N, ...]
+PolicyFn = Callable[[jax.Array, jax.Array], jax.Array]
 
 
 @struct.dataclass
@@ -118,6 +122,24 @@ class Recipe(Algorithm):
     def failure(self) -> Exception | None:
         """The environments' failure outside the program, if any."""
         return self.env.failure()
+
+    def policy_fn(self, state: Any, greedy: bool) -> PolicyFn:
+        """The policy of training state ``state``, to act with after training.
+
+        Args:
+            state: A training state of this recipe (``init``'s structure): its acting
+                parameters, and any observation statistics its environment keeps
+                (held fixed from here on).
+            greedy: The deterministic action (the most likely one, the Gaussian's mean,
+                the greedy Q-value's) rather than a draw from the policy (epsilon-greedy
+                at ``epsilon_end`` for Q-learning recipes).
+
+        Returns:
+            ``act(obs, key) -> action``: observations ``[N, ...]`` as the environment
+            gives them without normalisation, one PRNG key, the actions ``[N, ...]``
+            to send to the environment (within its bounds).
+        """
+        raise NotImplementedError
 
     @classmethod
     def fields(cls) -> dict[str, Any]:

@@ -94,6 +94,9 @@ class SAC(OffPolicyRecipe):
         return SACLearner(critic, critic, log_alpha, tx.init(policy), tx.init(critic), tx.init(log_alpha),
                           jnp.int32(0))
 
+    def greedy_action(self, policy: PyTree, obs: jax.Array) -> jax.Array:
+        return self.policy_network.apply(policy, obs).mode()
+
     def act(self, policy: PyTree, obs: jax.Array, key: jax.Array, steps: jax.Array) -> tuple[jax.Array, jax.Array]:
         action, _ = self.policy_network.apply(policy, obs).sample_and_log_prob(key)
         return action, action

@@ -6,6 +6,8 @@ memory end here within seconds."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -250,18 +252,41 @@ CASES = [
     ([*DQN, "--n-step", "0"], ["n_step=0", "positive"]),
     ([*DQN, "--target-every", "1e30"], ["target_every=", f"at most {INT32_MAX}"]),
     (["train", "sac", "--env", "Pendulum-v1", "--minibatch-size", "0"], ["minibatch_size=0", "positive"]),
+    # evaluate: what it reads, how many episodes, where the GIF goes
+    (["evaluate", "{empty}"], ["run_dir=", "no config.json", "directory of an earlier run"]),
+    (["evaluate", "{file}"], ["run_dir=", "is a file"]),
+    (["evaluate", "{configured}"], ["run_dir=", "holds no checkpoint", "jaxrl-frag resume"]),
+    (["evaluate", "{existing}", "--episodes", "0"], ["episodes=0", "positive"]),
+    (["evaluate", "{existing}", "--episodes", "1e30"], ["episodes=", "at most 1,000,000"]),
+    (["evaluate", "{existing}", "--seed", "-1"], ["seed=-1", "zero or a positive integer"]),
+    (["evaluate", "{existing}", "--member", "1"], ["member=1", "not a population", "drop --member"]),
+    (["evaluate", "{existing}", "--greedy", "--sample"], ["--sample", "not allowed with argument --greedy"]),
+    (["evaluate", "{existing}", "--video", "episode.mp4"], ["video='episode.mp4'", "ending in .gif"]),
+    (["evaluate", "{configured}", "--video", "episode.gif"],
+     ["video='episode.gif'", "Acrobot-v1 cannot be drawn", "CartPole-v1, Pendulum-v1", "drop --video"]),
+    (["evaluate", "{existing}", "--video", "{file}.gif"], ["video=", "exists and is not a GIF"]),
+    (["evaluate", "{existing}", "--video", "missing/episode.gif"], ["video=", "is not a directory"]),
+    (["evaluate", "{foreign_eval}"], ["run_dir=", "eval.csv that no evaluation wrote", "move it elsewhere"]),
 ]
 
 
 @pytest.fixture(scope="module")
 def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """An existing finished run, an empty directory and a plain file."""
+    """An existing finished run, an empty directory and a plain file; a run's config.json
+    alone (on Acrobot-v1, no checkpoint), and a run beside an eval.csv of someone else's."""
     root = tmp_path_factory.mktemp("bad_input")
     existing = root / "existing"
     assert main([*TRAIN, *TINY, "--run-dir", str(existing)]) == 0
     (root / "empty").mkdir()
     (root / "file").write_text("not a directory\n")
-    return {"existing": existing, "empty": root / "empty", "file": root / "file"}
+    (root / "file.gif").write_text("not a GIF\n")
+    config = json.loads((existing / "config.json").read_text())
+    config["settings"]["env"] = "Acrobot-v1"
+    (root / "configured").mkdir()
+    (root / "configured" / "config.json").write_text(json.dumps(config))
+    shutil.copytree(existing, root / "foreign_eval", ignore=shutil.ignore_patterns("run.lock"))
+    (root / "foreign_eval" / "eval.csv").write_text("seed,score\n0,1\n")
+    return {name: root / name for name in ("existing", "empty", "file", "configured", "foreign_eval")}
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:

@@ -24,9 +24,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("core", "envs", "transforms", "sharding", "recipes", "app")
 APP = {"jaxrl_frag", "jaxrl_frag.__main__", "jaxrl_frag.rundir", "jaxrl_frag.progress",
-       "jaxrl_frag.plots", "jaxrl_frag.summary", "jaxrl_frag.sweeps",
-       *(f"jaxrl_frag.cli{m}" for m in ("", ".algorithm", ".envs", ".explain", ".flags", ".parser", ".policies",
-                                        ".resume", ".runtime", ".signals", ".status", ".train"))}
+       "jaxrl_frag.plots", "jaxrl_frag.summary", "jaxrl_frag.sweeps", "jaxrl_frag.evaluation", "jaxrl_frag.video",
+       *(f"jaxrl_frag.cli{m}" for m in ("", ".algorithm", ".envs", ".evaluate", ".explain", ".flags", ".parser",
+                                        ".policies", ".resume", ".runtime", ".signals", ".status", ".train"))}
 
 
 def _modules() -> dict[str, Path]:

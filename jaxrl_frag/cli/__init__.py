@@ -4,6 +4,7 @@
     jaxrl-frag train ppo --env CartPole-v1 --boost nitro [--boost-ladder 8,16,32,64] [--budget-steps N]
     jaxrl-frag train ppo --env gymnasium:CartPole-v1 [--env-workers N] [--env-groups G] [--no-env-ring]
     jaxrl-frag resume RUN_DIR [--override total_steps=N] [--restart]
+    jaxrl-frag evaluate RUN_DIR [--episodes N] [--greedy | --sample] [--seed S] [--member I] [--video out.gif]
     jaxrl-frag explain ppo --env CartPole-v1 [--policy actor-learner --transfer-dtype bfloat16]
     jaxrl-frag envs
 
@@ -15,7 +16,7 @@ status 2; a run that goes non-finite stops with status 3, one whose host environ
 worker fails with status 4, one that cannot write its files (a full disk) with status
 5; SIGINT or SIGTERM saves a checkpoint and exits 0.
 
-One module per command (``train``, ``resume``, ``explain``, ``envs``); ``parser``
+One module per command (``train``, ``resume``, ``evaluate``, ``explain``, ``envs``); ``parser``
 builds the parser, ``algorithm`` what train and explain build, ``runtime`` what must
 be set before jax starts.
 """

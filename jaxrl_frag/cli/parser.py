@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from jaxrl_frag.cli import algorithm, envs, explain, flags, policies, resume, runtime, train
+from jaxrl_frag.cli import algorithm, envs, evaluate, explain, flags, policies, resume, runtime, train
 from jaxrl_frag.errors import ConfigError
 
 _COMMANDS_WITH_RECIPES = ("train", "explain")
@@ -74,6 +74,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     resume_command = commands.add_parser("resume", help="continue an interrupted run from its newest checkpoint")
     resume.add_flags(resume_command)
     resume_command.set_defaults(handler=resume.resume)
+    evaluate_command = commands.add_parser("evaluate", help="play a run's trained policy for complete episodes "
+                                                            "and write eval.csv (and a GIF of one, --video)")
+    evaluate.add_flags(evaluate_command)
+    evaluate_command.set_defaults(handler=evaluate.evaluate)
     explain_command = commands.add_parser("explain",
                                           help="print the fragment graph and XLA's cost figures, without training")
     commands.add_parser("envs", help="list the environment ids").set_defaults(handler=envs.list_envs)

@@ -1,0 +1,58 @@
+"""``jaxrl-frag evaluate``: play a run's trained policy (its newest checkpoint) for
+complete episodes in one compiled program, print the mean return with a 95% interval,
+write ``eval.csv`` into the run directory and, with ``--video``, draw one episode.
+Checkpoints and metrics.csv are only read."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from jaxrl_frag.cli import flags
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, help="the run directory (holds config.json and checkpoints/)")
+    parser.add_argument("--episodes", type=flags.parse_int, default=10, help="complete episodes to play (default 10)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--greedy", dest="greedy", action="store_true", default=True,
+                      help="the deterministic action: the most likely one, the Gaussian's mean, the greedy Q-value's "
+                           "(the default)")
+    mode.add_argument("--sample", dest="greedy", action="store_false",
+                      help="draw actions from the policy (DQN and PQN: epsilon-greedy at the run's --epsilon-end)")
+    parser.add_argument("--seed", type=flags.parse_int, default=0, help="seed of the environments and draws (default 0)")
+    parser.add_argument("--member", type=flags.parse_int, default=None,
+                        help="a population's member to evaluate (default 0)")
+    parser.add_argument("--video", type=Path, default=None, metavar="PATH.gif",
+                        help="also draw one episode into this animated GIF (CartPole-v1, Pendulum-v1)")
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    from jaxrl_frag import summary
+    from jaxrl_frag.bounds import SEED_MAX, check_count
+    from jaxrl_frag.evaluation import check_episodes, evaluate, restore
+    from jaxrl_frag.rundir import RunDir
+    from jaxrl_frag.video import check_video, write_video
+
+    check_episodes(args.episodes)
+    check_count("seed", args.seed, SEED_MAX, "seeds are uint32", low=0)
+    run = RunDir(args.run_dir)
+    env_id = run.read_config()["settings"]["env"]
+    if args.video is not None:
+        check_video(args.video, env_id)
+    run.check_eval()
+    trained = restore(run.path, args.member)
+    episodes = evaluate(trained, args.episodes, args.greedy, args.seed)
+    low, high = summary.bootstrap_ci(episodes.returns)
+    mode = "greedy" if args.greedy else "sampled"
+    member = "" if trained.member is None else f", member {trained.member}"
+    print(f"{mode} policy of {run.path} (iteration {trained.iteration}{member}) on {env_id}: mean return "
+          f"{episodes.returns.mean():.2f}, 95% interval [{float(low):.2f}, {float(high):.2f}] over {args.episodes} "
+          f"episodes (mean length {episodes.lengths.mean():.1f})")
+    rows = [{"episode": i, "return": float(r), "length": int(n)}
+            for i, (r, n) in enumerate(zip(episodes.returns, episodes.lengths, strict=True))]
+    print(f"wrote {run.write_eval(rows)}")
+    if args.video is not None:
+        length, total = write_video(trained, args.video, args.greedy, args.seed)
+        print(f"wrote {args.video}: one episode, {length} steps, return {total:.2f}")
+    return 0

@@ -1,0 +1,286 @@
+"""Acting with a trained policy: a run's newest checkpoint restored onto one device
+(runs of the single, data-parallel and population policies), evaluated over complete
+episodes in one compiled program, loaded as a jitted acting function, or exported as
+StableHLO that runs without this package.
+
+The acting function is the recipe's ``Recipe.policy_fn``: the deterministic action
+with ``greedy`` (the most likely action, the Gaussian's mean, the greedy Q-value's),
+else a draw from the policy (epsilon-greedy at the run's ``epsilon_end`` for DQN and
+PQN, as they act when training ends).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_frag.bounds import check_count
+from jaxrl_frag.errors import ConfigError, check
+from jaxrl_frag.recipes.recipe import PolicyFn, Recipe
+
+PyTree = Any
+EPISODES_MAX = 1_000_000  # one row of eval.csv each
+ENVS_MAX = 256  # environments stepped at once; more episodes run as several in a row in each
+STEPS_MAX = 1_000_000  # steps of each environment before an evaluation gives up on episodes that do not end
+
+
+@dataclasses.dataclass(frozen=True)
+class Trained:
+    """A run's trained recipe on one device: the recipe (a population's member), its
+    training state at ``iteration``, and the member's index (``None`` outside a population)."""
+
+    recipe: Recipe
+    state: PyTree
+    iteration: int
+    member: int | None
+
+    def act(self, greedy: bool) -> PolicyFn:
+        """``Recipe.policy_fn`` of the state: ``act(obs [N, ...], key) -> actions [N, ...]``."""
+        return self.recipe.policy_fn(self.state, greedy)
+
+
+class Episodes(NamedTuple):
+    """Complete episodes' undiscounted returns and lengths, ``[episodes]`` each."""
+
+    returns: np.ndarray
+    lengths: np.ndarray
+
+
+def restore(run_dir: str | Path, member: int | None = None) -> Trained:
+    """The run in ``run_dir`` at its newest usable checkpoint, on one device; its
+    checkpoints are left as they are (an unusable step is skipped with a warning).
+
+    Args:
+        run_dir: A run directory that ``jaxrl-frag train`` wrote.
+        member: A population's member (default 0); ``None`` or 0 for other runs.
+
+    Raises:
+        ConfigError: Where ``run_dir`` holds no run or no usable checkpoint, or a run
+            this cannot act for (actor-learner policy, host or multi-agent environments),
+            or ``member`` is not one of the run's.
+    """
+    from jaxrl_frag import envs, recipes
+    from jaxrl_frag.checkpoints import Checkpoints
+    from jaxrl_frag.cli.algorithm import make_algorithm
+    from jaxrl_frag.cli.resume import saved_train_args
+    from jaxrl_frag.rundir import RunDir
+
+    run = RunDir(run_dir)
+    config = run.read_config()
+    settings = config["settings"]
+    env_id, policy = settings["env"], settings.get("policy", "single")
+    check(not envs.is_host(env_id), "env", env_id,
+          "runs outside the compiled program (a host environment); evaluating and exporting take runs on JAX "
+          "environments")
+    check(policy != "actor-learner", "policy", policy,
+          "the actor-learner policy's checkpoints hold its pipeline, which is not restored onto one device yet; "
+          "evaluate a run of the single, data-parallel or population policy")
+    check(not recipes.get(settings["recipe"]).multi_agent, "recipe", settings["recipe"],
+          "acts for agents on an axis; evaluating and exporting take single-agent runs so far")
+    size = config.get("members")
+    if size is None:
+        check(member in (None, 0), "member", member, "the run is not a population (it has one member): drop --member")
+        member = None
+    else:
+        member = 0 if member is None else member
+        check(isinstance(member, int) and 0 <= member < size, "member", member,
+              f"the population has members 0 to {size - 1}: choose one of them")
+    steps = sorted(int(p.name) for p in run.checkpoints.glob("*") if p.name.isdigit()) if run.checkpoints.is_dir() else []
+    check(bool(steps), "run_dir", str(run.path),
+          f"holds no checkpoint in {run.checkpoints}: a run saves one every --checkpoint-every iterations and at its "
+          f"end; let it save one (or continue it: jaxrl-frag resume {run.path})")
+    args = saved_train_args(run, config, {})
+    args.boost_round_seconds = config.get("round_seconds")
+    algo, _ = make_algorithm(args)
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    shapes = jax.eval_shape(algo.init, jax.ShapeDtypeStruct((2,), jnp.uint32))
+    like = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), shapes)
+    checkpoints = Checkpoints(run.checkpoints)
+    try:
+        checkpoint = checkpoints.restore(like, read_only=True)
+    finally:
+        checkpoints.close()
+    check(checkpoint is not None, "run_dir", str(run.path),
+          f"holds no usable checkpoint in {run.checkpoints} (the warnings above say why); continue the run to save "
+          f"one: jaxrl-frag resume {run.path}")
+    recipe, state = _recipe_of(algo, checkpoint.state, member)
+    return Trained(recipe, state, checkpoint.iteration, member)
+
+
+def _recipe_of(algo: Any, state: PyTree, member: int | None) -> tuple[Recipe, PyTree]:
+    """The recipe and its state inside a population's ``member`` and a boosted run."""
+    from jaxrl_frag.transforms import Population
+    from jaxrl_frag.transforms.boost import Boosted
+
+    if isinstance(algo, Population):
+        algo, state = jax.tree.map(lambda x: x[member], (algo.members, state))
+    if isinstance(algo, Boosted):
+        algo, state = algo.recipe, state.pool
+    return algo, state
+
+
+def check_episodes(episodes: int) -> None:
+    """Raise ``ConfigError`` unless ``episodes`` is a count in ``[1, EPISODES_MAX]``."""
+    check_count("episodes", episodes, EPISODES_MAX, "each is a row of eval.csv; evaluate in several runs for more")
+
+
+def evaluate(trained: Trained, episodes: int, greedy: bool = True, seed: int = 0) -> Episodes:
+    """``episodes`` complete episodes of ``trained``'s policy on fresh environments, in one
+    compiled program.
+
+    Up to ``ENVS_MAX`` environments step at once, each for its first ``k`` episodes
+    (``k`` the fewest that make ``episodes``); the loop runs until every environment has
+    ended ``k``, and the episodes kept are chosen by their index alone (every
+    environment's first ones, then the first environments' ``k``-th), never by when they
+    ended, so short episodes are not favoured: the mean is unbiased.
+
+    Args:
+        trained: What ``restore`` gives.
+        episodes: How many episodes.
+        greedy: The deterministic action, or a draw from the policy (``Recipe.policy_fn``).
+        seed: The seed of the environments' resets and of the policy's draws.
+
+    Returns:
+        The episodes' returns and lengths, in the order above.
+
+    Raises:
+        ConfigError: For ``episodes`` outside ``[1, EPISODES_MAX]``, or episodes that do
+            not end within ``STEPS_MAX`` steps of an environment.
+    """
+    from jaxrl_frag import envs
+
+    check_episodes(episodes)
+    num_envs = min(episodes, ENVS_MAX)
+    each = math.ceil(episodes / num_envs)
+    env = envs.make(trained.recipe.env.name, num_envs=num_envs)
+    act = trained.act(greedy)
+    rows = jnp.arange(num_envs)
+
+    def play(key: jax.Array) -> tuple[jax.Array, ...]:
+        key, k_reset = jax.random.split(key)
+        env_state, obs = env.reset(k_reset)
+        zeros = jnp.zeros((num_envs, each), jnp.float32)
+        carry = (env_state, obs, key, jnp.zeros(num_envs, jnp.int32), zeros, zeros.astype(jnp.int32), jnp.int32(0))
+
+        def unfinished(carry: tuple[Any, ...]) -> jax.Array:
+            ended, steps = carry[3], carry[6]
+            return (ended < each).any() & (steps < STEPS_MAX)
+
+        def one_step(carry: tuple[Any, ...]) -> tuple[Any, ...]:
+            env_state, obs, key, ended, returns, lengths, steps = carry
+            key, k_act, k_env = jax.random.split(key, 3)
+            env_state, ts = env.step(k_env, env_state, act(obs, k_act))
+            counted = ts.info.get("episode_done", ts.done) & (ended < each)
+            at = jnp.minimum(ended, each - 1)
+            returns = returns.at[rows, at].set(jnp.where(counted, ts.info["episode_return"], returns[rows, at]))
+            lengths = lengths.at[rows, at].set(jnp.where(counted, ts.info["episode_length"], lengths[rows, at]))
+            return env_state, ts.obs, key, ended + counted, returns, lengths, steps + 1
+
+        _, _, _, ended, returns, lengths, _ = jax.lax.while_loop(unfinished, one_step, carry)
+        return ended, returns, lengths
+
+    ended, returns, lengths = jax.device_get(jax.jit(play)(jax.random.PRNGKey(seed)))
+    check(bool((ended >= each).all()), "episodes", episodes,
+          f"not every episode of {env.name} ended within {STEPS_MAX:,} steps of each environment (does it have a time "
+          "limit?); ask for fewer episodes")
+    # by episode index, then environment: every environment's first episode, then every one's second, ...
+    return Episodes(returns.T.reshape(-1)[:episodes], lengths.T.reshape(-1)[:episodes])
+
+
+def record_episode(trained: Trained, greedy: bool, seed: int, limit: int) -> tuple[PyTree, np.ndarray]:
+    """One episode of the policy on the bare (unbatched) environment, up to ``limit``
+    steps: the environment's state before each step (stacked ``[T, ...]``) and each
+    step's reward."""
+    from jaxrl_frag import envs
+
+    env = envs.make(trained.recipe.env.name)
+    act = trained.act(greedy)
+
+    def play(key: jax.Array) -> tuple[PyTree, jax.Array, jax.Array]:
+        key, k_reset = jax.random.split(key)
+        state, obs = env.reset(k_reset)
+
+        def one_step(carry: tuple[Any, ...], key: jax.Array) -> tuple[Any, Any]:
+            state, obs = carry
+            k_act, k_env = jax.random.split(key)
+            after, ts = env.step(k_env, state, act(obs[None], k_act)[0])
+            return (after, ts.obs), (state, ts.reward, ts.terminated | ts.truncated)
+
+        _, (states, rewards, done) = jax.lax.scan(one_step, (state, obs), jax.random.split(key, limit))
+        return states, rewards, done
+
+    states, rewards, done = jax.device_get(jax.jit(play)(jax.random.PRNGKey(seed)))
+    end = int(np.argmax(done)) + 1 if done.any() else limit
+    return jax.tree.map(lambda x: x[:end], states), rewards[:end]
+
+
+def _observation(trained: Trained) -> jax.ShapeDtypeStruct:
+    """The shape and dtype of one observation of the run's environment."""
+    from jaxrl_frag import envs
+
+    env = envs.make(trained.recipe.env.name, num_envs=1)
+    obs = jax.eval_shape(env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))[1]
+    return jax.ShapeDtypeStruct(obs.shape[1:], obs.dtype)
+
+
+def load_policy(run_dir: str | Path, greedy: bool = True, member: int | None = None) -> PolicyFn:
+    """The trained policy of the run in ``run_dir`` (its newest checkpoint), jitted.
+
+    Args:
+        run_dir: A run directory that ``jaxrl-frag train`` wrote.
+        greedy: The deterministic action, or a draw from the policy (module docstring).
+        member: A population's member (default 0).
+
+    Returns:
+        ``act(obs, key) -> action``: one observation (the environment's observation
+        shape, as the environment gives it) and a key give one action; a batch
+        ``[N, ...]`` of them and one key give ``[N, ...]`` actions. Keys are raw
+        ``uint32[2]`` (``jax.random.PRNGKey``).
+    """
+    trained = restore(run_dir, member)
+    act, rank = trained.act(greedy), len(_observation(trained).shape)
+
+    def act_any(obs: jax.Array, key: jax.Array) -> jax.Array:
+        obs = jnp.asarray(obs)
+        return act(obs[None], key)[0] if obs.ndim == rank else act(obs, key)
+
+    return jax.jit(act_any)
+
+
+def export_policy(run_dir: str | Path, path: str | Path, greedy: bool = True, member: int | None = None) -> Path:
+    """Write the trained policy of the run in ``run_dir`` to ``path`` as a serialized
+    ``jax.export`` (StableHLO, the parameters inside), for the platform it runs on here.
+
+    Loading it needs jax alone::
+
+        exported = jax.export.deserialize(bytearray(open(path, "rb").read()))
+        actions = exported.call(obs, jax.random.PRNGKey(0))
+
+    Args:
+        run_dir: A run directory that ``jaxrl-frag train`` wrote.
+        path: The file to write (replaced if it exists).
+        greedy: The deterministic action, or a draw from the policy (module docstring).
+        member: A population's member (default 0).
+
+    Returns:
+        ``path``. The exported function takes a batch of observations ``[N, ...]`` (any
+        ``N``, the environment's dtype) and one raw ``uint32[2]`` key, and returns the
+        ``[N, ...]`` actions that ``load_policy``'s gives.
+    """
+    trained = restore(run_dir, member)
+    one = _observation(trained)
+    (batch,) = jax.export.symbolic_shape("batch")
+    specs = (jax.ShapeDtypeStruct((batch, *one.shape), one.dtype), jax.ShapeDtypeStruct((2,), jnp.uint32))
+    exported = jax.export.export(jax.jit(trained.act(greedy)))(*specs)
+    path = Path(path)
+    try:
+        path.write_bytes(exported.serialize())
+    except OSError as error:
+        raise ConfigError("path", str(path), f"cannot be written ({error.strerror}); give a writable path") from None
+    return path

@@ -1,0 +1,95 @@
+"""``evaluate --video``: one episode of a trained policy drawn frame by frame from the
+environment's state (with PIL, which matplotlib brings) into an animated GIF, at the
+environment's own pace. gymnax draws its classic-control environments through
+Gymnasium's renderer, which needs pygame; these few lines need nothing more."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from jaxrl_frag.errors import check
+from jaxrl_frag.evaluation import Trained, record_episode
+
+SIZE = (400, 240)  # frame width and height in pixels
+INK, CART, POLE = (40, 40, 40), (60, 110, 180), (200, 120, 50)
+
+
+def _cartpole(state: Any, params: Any) -> Image.Image:
+    """The cart on its track and the pole at its angle (upright at 0)."""
+    width, height = SIZE
+    scale = width / (2 * 1.25 * float(params.x_threshold))  # the track, and a margin either side
+    x, theta = width / 2 + float(state.x) * scale, float(state.theta)
+    ground, pole = height * 0.7, 2 * float(params.length) * scale
+    image = Image.new("RGB", SIZE, "white")
+    draw = ImageDraw.Draw(image)
+    draw.line([(0, ground + 12), (width, ground + 12)], fill=INK, width=1)
+    draw.rectangle([x - 24, ground - 12, x + 24, ground + 12], fill=CART)
+    draw.line([(x, ground), (x + pole * np.sin(theta), ground - pole * np.cos(theta))], fill=POLE, width=7)
+    return image
+
+
+def _pendulum(state: Any, params: Any) -> Image.Image:
+    """The pendulum about its pivot (upright at 0)."""
+    width, height = SIZE
+    cx, cy, rod = width / 2, height / 2, height * 0.4
+    theta = float(state.theta)
+    image = Image.new("RGB", SIZE, "white")
+    draw = ImageDraw.Draw(image)
+    draw.line([(cx, cy), (cx + rod * np.sin(theta), cy - rod * np.cos(theta))], fill=POLE, width=9)
+    draw.ellipse([cx - 5, cy - 5, cx + 5, cy + 5], fill=INK)
+    return image
+
+
+# environment id -> (the frame of a state, the seconds a step lasts), both from the environment's parameters too
+RENDERERS: dict[str, tuple[Callable[[Any, Any], Image.Image], Callable[[Any], float]]] = {
+    "CartPole-v1": (_cartpole, lambda params: float(params.tau)),
+    "Pendulum-v1": (_pendulum, lambda params: float(params.dt)),
+}
+
+
+def check_video(path: Path, env_id: str) -> None:
+    """Raise ``ConfigError`` unless an episode of ``env_id`` can be drawn into the GIF ``path``
+    (an existing file there is replaced only if it is a GIF)."""
+    check(path.suffix.lower() == ".gif", "video", str(path), "writes an animated GIF: give a path ending in .gif")
+    check(env_id in RENDERERS, "video", str(path),
+          f"the environment {env_id} cannot be drawn; --video draws {', '.join(RENDERERS)}: drop --video")
+    check(path.parent.is_dir(), "video", str(path), f"{path.parent} is not a directory: give a path in an existing one")
+    check(not path.exists() or (path.is_file() and path.read_bytes()[:4] == b"GIF8"), "video", str(path),
+          "exists and is not a GIF, which --video would replace: give another path")
+
+
+def write_video(trained: Trained, path: Path, greedy: bool, seed: int) -> tuple[int, float]:
+    """Draw one episode of ``trained``'s policy into ``path`` (``check_video`` first);
+    returns its length and return."""
+    from jaxrl_frag import envs
+
+    env_id = trained.recipe.env.name
+    draw, seconds = RENDERERS[env_id]
+    params = envs.make(env_id).params
+    states, rewards = record_episode(trained, greedy, seed, int(params.max_steps_in_episode))
+    frames = []
+    for t, total in enumerate(np.cumsum(rewards)):
+        frame = draw(_at(states, t), params)
+        ImageDraw.Draw(frame).text((8, 8), f"{env_id}  step {t + 1}  return {total:.1f}", fill=INK)
+        frames.append(frame)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        frames[0].save(tmp, format="GIF", save_all=True, append_images=frames[1:],
+                       duration=round(1000 * seconds(params)), loop=0)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return len(frames), float(np.sum(rewards))
+
+
+def _at(states: Any, t: int) -> Any:
+    """Step ``t`` of states stacked on a leading axis."""
+    import jax
+
+    return jax.tree.map(lambda x: x[t], states)
