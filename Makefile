@@ -1,6 +1,9 @@
 # make train: set up .venv if needed, then train PPO on CartPole-v1 (about a minute on 2 CPU cores)
-# make test:  set up .venv if needed, then lint, build the API reference (strict) and run the test suite
-#             (about 10 minutes on 2 CPU cores from a clean checkout)
+# make test:  set up .venv if needed, then lint, build the API reference (strict) and run the test suite but for
+#             the longest learning runs (under 12 minutes on 2 CPU cores once the compilation cache holds the suite's
+#             programs; see tests/conftest.py)
+# make test-long: the longest learning runs (marked long: Atari, Gymnasium, SMAX, Brax; about 10 minutes);
+#             CI (.ci/run) runs make test, then this
 # make test-fast: the unit and equivalence tests only, no learning thresholds and no real processes (about 2-3
 #             minutes once the compilation cache holds their programs; see tests/conftest.py)
 # make docs:  set up .venv if needed, then build the API reference into site/ (open site/index.html)
@@ -16,14 +19,18 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $@
 
-.PHONY: train test test-fast docs
+.PHONY: train test test-long test-fast docs
 train: $(VENV)/.installed
 	$(VENV)/bin/jaxrl-frag train ppo --env CartPole-v1
 
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(MAKE) docs
-	$(PYTEST)
+	$(PYTEST) -m "not long"
+
+# a few long tests, two of them in one module: spread test by test
+test-long: $(VENV)/.installed
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m long
 
 test-fast: $(VENV)/.installed
 	$(PYTEST) -m "not slow and not learning"

@@ -116,7 +116,9 @@ class Program:
 
         Each row holds ``iteration``, ``env_steps`` (after the chunk; the algorithm's
         ``env_steps_total`` where it reports one), ``sps`` and the chunk's metrics, and
-        is passed to ``on_chunk`` as soon as its call returns. A run ends early once the
+        is passed to ``on_chunk`` as soon as its call returns, and once the checkpoint
+        saved before it is on disk (a save is written while the next call runs), so no row
+        that ``on_chunk`` sees is past a checkpoint a kill could still lose. A run ends early once the
         algorithm is ``finished``. With ``checkpoints`` the state is saved every
         ``checkpoints.every`` iterations, at the end and when ``stop()`` (asked after
         every call) returns true, with ``meta``, every row so far (``meta["rows"]``,
@@ -145,7 +147,7 @@ class Program:
         chunk = self._chunk(start.meta.get("chunk") if resumed else None)
         earlier: list[Row] = list(start.meta.get("rows", [])) if resumed else []
         rows: list[Row] = []
-        per_call, stopped, finished = 1, False, False
+        per_call, stopped, finished, saving = 1, False, False, False
         if checkpoints is not None:
             checkpoints.delete_after(done)  # steps past the start belong to a run that did not survive
         while done < iterations and not stopped and not finished:
@@ -174,6 +176,9 @@ class Program:
                 # where iterations vary in size, the algorithm's own count (per member in a population)
                 env_steps = metrics.pop("env_steps_total", float(end * per_step))
                 rows.append({"iteration": float(end), "env_steps": env_steps, **metrics})
+            if ends and saving:  # no row past a checkpoint before it is on disk (a kill could still lose it)
+                checkpoints.wait()
+                saving = False
             for row in rows[len(rows) - len(ends):]:
                 row["sps"] = float(np.mean(env_steps - call_start)) / seconds
                 if on_chunk is not None:
@@ -193,6 +198,7 @@ class Program:
                     **(meta or {}), "config": self.algorithm.config(), "env_steps": plain(env_steps),
                     "rows": [{name: plain(value) for name, value in row.items()} for row in earlier + rows],
                     **({"chunk": jax.tree.map(plain, chunk._asdict())} if chunk.count else {})})
+                saving = True
         if checkpoints is not None:
             checkpoints.wait()
         return History(rows, state, done, bool(stopped))

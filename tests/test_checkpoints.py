@@ -45,6 +45,38 @@ def test_restore_on_2_devices_continues_as_on_4(tmp_path: Path) -> None:
     np.testing.assert_allclose(ended_on_2["loss"], ended_on_4["loss"], rtol=2e-4)
 
 
+class _SlowCommits(Checkpoints):
+    """Checkpoints whose saves reach the disk only when waited for, as an async commit
+    still running on a loaded machine would."""
+
+    def __init__(self, directory: Path, every: int):
+        super().__init__(directory, every)
+        self.started: list[int] = []
+        self.on_disk: list[int] = []
+
+    def save(self, iteration: int, state: object, meta: dict) -> None:
+        super().save(iteration, state, meta)
+        self.started.append(iteration)
+
+    def wait(self) -> None:
+        super().wait()
+        self.on_disk = list(self.started)
+
+
+def test_no_row_passes_a_checkpoint_before_it_is_on_disk(saved: tuple[jf.Program, Path], tmp_path: Path) -> None:
+    """What metrics.csv holds is what ``on_chunk`` gets: had a kill come after any row, every
+    checkpoint that row is past would be there for the resume (cli/train.py relies on it)."""
+    program, _ = saved
+    checkpoints = _SlowCommits(tmp_path, every=4)
+    seen: list[tuple[float, list[int], list[int]]] = []
+    program.run(jax.random.PRNGKey(0), iterations=12, checkpoints=checkpoints,
+                on_chunk=lambda row: seen.append((row["iteration"], list(checkpoints.started), list(checkpoints.on_disk))))
+    assert [row for row, _, _ in seen] == [2, 4, 6, 8, 10, 12]
+    for row, started, on_disk in seen:
+        assert [step for step in started if step < row] == [step for step in on_disk if step < row], (row, seen)
+    assert seen[2][1:] == ([4], [4]) and seen[1][1:] == ([], [])  # row 4 before its save, row 6 after its commit
+
+
 def _truncate_largest_file(step: Path) -> None:
     largest = max((p for p in step.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
     largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 2])

@@ -143,6 +143,7 @@ def test_a_killed_worker_stops_the_run_naming_its_environments(tmp_path: Path) -
 
 
 @pytest.mark.learning
+@pytest.mark.long
 def test_ppo_learns_gymnasium_cartpole() -> None:
     """The recipe's CartPole settings but for 8 environments of 64 steps (the batch and
     update count of its 4 of 128), in 2 workers and 2 ring groups."""
@@ -152,6 +153,7 @@ def test_ppo_learns_gymnasium_cartpole() -> None:
 
 
 @pytest.mark.learning
+@pytest.mark.long
 def test_ppo_improves_on_an_atari_game() -> None:
     """KungFuMaster with the standard preprocessing and Mnih et al.'s network: a uniformly
     random policy scores 401 +- 33 (100 games, ``benchmarks/RESULTS.md``); after 40,960

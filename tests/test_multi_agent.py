@@ -160,6 +160,7 @@ def test_ippo_learns_simple_spread() -> None:
 
 
 @pytest.mark.learning
+@pytest.mark.long
 def test_mappo_wins_smax_3m() -> None:
     """Uniformly random available actions win none of 1,423 battles of SMAX 3m against
     JaxMARL's heuristic enemy; MAPPO at its SMAX defaults with a constant learning rate

@@ -126,9 +126,10 @@ def test_resume_with_changed_settings_is_refused(uninterrupted: Path, capsys: py
     assert before == {p: p.read_bytes() for p in uninterrupted.rglob("*") if p.is_file()}
 
 
-# 1000 iterations of 8 x 128 steps as ONE row: a call is bounded in time, not by the chunk
-WHOLE = ["train", "ppo", "--env", "CartPole-v1", "--num-envs", "8", "--total-steps", "1024000",
-         "--chunk-iterations", "1000"]
+# 500 iterations of 8 x 128 steps as ONE row, seconds of training: a call is bounded in time, not by the chunk
+WHOLE_ITERATIONS = 500
+WHOLE = ["train", "ppo", "--env", "CartPole-v1", "--num-envs", "8", "--total-steps", str(WHOLE_ITERATIONS * 8 * 128),
+         "--chunk-iterations", str(WHOLE_ITERATIONS)]
 
 
 def _started(argv: list[str]) -> tuple[subprocess.Popen[str], float]:
@@ -155,13 +156,13 @@ def test_sigterm_stops_within_seconds_inside_a_chunk_and_resumes_to_the_same_run
     assert status == 0 and "Resume with: jaxrl-frag resume" in out, err
     assert stopped_in < 5.0, f"stopped {stopped_in:.1f} s after SIGTERM"
     steps = [int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit()]
-    assert steps and 0 < max(steps) < 1000  # inside the run's only chunk: no row written yet
+    assert steps and 0 < max(steps) < WHOLE_ITERATIONS  # inside the run's only chunk: no row written yet
     assert not (run_dir / "metrics.csv").exists() or len(_metrics(run_dir)) == 0
 
     status, out, err = _finish(_worker("none", 0, "resume", str(run_dir)))
     assert status == 0, err
     assert len(_metrics(run_dir)) == 1 and _metrics(run_dir) == _metrics(reference)  # the chunk's totals carried over
-    resumed, expected = (read_state(d / "checkpoints" / "1000") for d in (run_dir, reference))
+    resumed, expected = (read_state(d / "checkpoints" / str(WHOLE_ITERATIONS)) for d in (run_dir, reference))
     for a, b in zip(jax.tree.leaves(resumed), jax.tree.leaves(expected), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 

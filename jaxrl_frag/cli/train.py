@@ -235,8 +235,9 @@ def _run_locked(args: argparse.Namespace, run_dir: Any, algo: Any, members: Memb
 def _resume_point(program: Any, checkpoints: Any, run_dir: Any, say: Callable[..., None]) -> Any:
     """The checkpoint a resumed run continues from: the newest usable one, with a line for
     each unusable one and for a newest one that metrics.csv shows was saved but is gone; or
-    ``None`` where none was due yet (a run killed before its first checkpoint starts again,
-    which is the same run). ``ConfigError`` where a checkpoint was due and none is usable,
+    ``None`` where none can have reached the disk yet (a run killed before its first
+    checkpoint was written starts again, which is the same run). ``ConfigError`` where the
+    rows show a checkpoint was written and none is usable,
     or where metrics.csv is unusable and the checkpoint holds no rows to rebuild it from:
     config.json and metrics.csv are left as they are then. Every process decides alike."""
     import warnings
@@ -247,10 +248,13 @@ def _resume_point(program: Any, checkpoints: Any, run_dir: Any, say: Callable[..
         start = program.newest(checkpoints, allow_changes=RESUMABLE_CHANGES)
     for warning in unusable:
         say(f"jaxrl-frag: warning: {warning.message}", file=sys.stderr)
-    due = last_row // every * every  # the newest checkpoint the rows show was saved, 0 for none
+    due = last_row // every * every  # the newest checkpoint the rows show was due, 0 for none
+    # and the newest they show is on disk: a row past a checkpoint is written once the checkpoint is
+    # (Program.run), a row at its iteration before it is saved
+    kept = max(last_row - 1, 0) // every * every
     damaged = [step for step in checkpoints.damaged_steps() if problem is not None or step <= last_row]
     if start is None:
-        evidence = (f"metrics.csv has rows up to iteration {last_row}" if due else
+        evidence = (f"metrics.csv has rows up to iteration {last_row}" if kept else
                     f"step {damaged[-1]} was moved to {checkpoints.damaged} as unusable" if damaged else None)
         check(evidence is None, "checkpoint", str(checkpoints.directory),
               f"holds no usable checkpoint although {evidence}; its rows are left as they are. To start the run over "
