@@ -175,7 +175,7 @@ class Program:
                 env_steps = metrics.pop("env_steps_total", float(end * per_step))
                 rows.append({"iteration": float(end), "env_steps": env_steps, **metrics})
             for row in rows[len(rows) - len(ends):]:
-                row["sps"] = float(np.mean(env_steps - call_start)) / seconds
+                row["sps"] = float(np.nanmean(env_steps - call_start)) / seconds  # NaN: a member without steps
                 if on_chunk is not None:
                     on_chunk(row)
             if bad:
