@@ -20,6 +20,7 @@ from flax import struct
 
 PyTree = Any
 Metrics = dict[str, jax.Array]
+Flags = dict[str, jax.Array]
 
 
 def static_field(default: Any = dataclasses.MISSING, **metadata: Any) -> Any:
@@ -42,6 +43,14 @@ class Algorithm:
     def step(self, state: PyTree) -> tuple[PyTree, Metrics]:
         """One training iteration: ``(state, metrics)`` with scalar metrics."""
         raise NotImplementedError
+
+    def checked_step(self, state: PyTree) -> tuple[PyTree, Metrics, Flags]:
+        """The iteration a run takes: ``step`` (from which the fragment graph is read), with
+        the flags that a run checking finiteness stops at (the first iteration with one
+        unset). By default ``step`` itself and ``finite_flags`` of its new state and
+        metrics; a transform may also contain what went non-finite here."""
+        state, metrics = self.step(state)
+        return state, metrics, finite_flags(state, metrics)
 
     def resumed(self, state: PyTree) -> PyTree:
         """The state a run restored from a checkpoint continues from: ``state`` itself,
@@ -148,6 +157,27 @@ def algorithm(
         return FunctionAlgorithm(init, step, steps_per_iteration, num_iterations, hparams)
 
     return wrap
+
+
+def finite_flags(state: PyTree, metrics: Metrics) -> Flags:
+    """For each state field (``"state.params"``, ...) and each metric (``"metrics.loss"``):
+    whether every floating-point value in it is finite."""
+    zeros: dict[str, jax.Array] = {}
+    for path, leaf in jax.tree_util.tree_leaves_with_path({"state": state, "metrics": metrics}):
+        if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
+            name = ".".join(field_name(k) for k in path[:2])
+            # x * 0 is 0 for every finite x and NaN for NaN and infinities: a plain sum finds them
+            # without overflowing, and fuses into the leaf's producer (few ops to compile)
+            zeros[name] = zeros.get(name, 0.0) + jnp.sum(leaf * 0, dtype=jnp.float32)
+    return {name: total == 0 for name, total in zeros.items()}
+
+
+def field_name(key: Any) -> str:
+    """The name in one step of a pytree path (a dataclass field, dict key or index)."""
+    for attr in ("name", "key", "idx"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
 
 
 def plain(value: Any) -> Any:

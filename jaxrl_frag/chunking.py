@@ -7,11 +7,12 @@ wakes up. A call may end inside a chunk: the chunk's running totals are carried
 to the next call (or into a checkpoint), so a row is the same wherever calls
 begin and end. Every count is traced, so one executable serves every length.
 
-With ``check_finite`` every iteration also reduces each state field and each
-metric to one flag, "holds only finite numbers"; the first iteration whose flags
-are not all set ends the call, so the host learns where a run went non-finite
-without a host sync per iteration. An algorithm that ends itself (``finished``:
-a spent budget) ends the call the same way, before its next iteration.
+An iteration is the algorithm's ``checked_step``: its step, with one flag for each
+state field and each metric, "holds only finite numbers" (by default). With
+``check_finite`` the first iteration whose flags are not all set ends the call, so
+the host learns where a run went non-finite without a host sync per iteration
+(without it the flags go unused, and XLA drops them). An algorithm that ends itself
+(``finished``: a spent budget) ends the call the same way, before its next iteration.
 """
 
 from __future__ import annotations
@@ -23,10 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_frag import metrics as metrics_lib
-from jaxrl_frag.algorithms import Algorithm
+from jaxrl_frag.algorithms import Algorithm, Flags
 
 PyTree = Any
-Flags = dict[str, jax.Array]
 
 
 class Chunk(NamedTuple):
@@ -39,26 +39,13 @@ class Chunk(NamedTuple):
     @classmethod
     def empty(cls, algo: Algorithm, state: PyTree) -> Chunk:
         """No iteration run yet: zero totals shaped like ``algo``'s metrics (host arrays)."""
-        shapes = jax.eval_shape(algo.step, state)[1]
+        shapes = jax.eval_shape(algo.checked_step, state)[1]
         return cls({k: np.zeros(v.shape, np.float32) for k, v in shapes.items()}, np.int32(0))
 
     def row(self) -> metrics_lib.Metrics:
         """The chunk's metrics so far (``metrics.reduce``), on the host."""
         totals = jax.device_get(self.totals)
         return metrics_lib.reduce(totals, np.float32(max(int(self.count), 1)))
-
-
-def finite_flags(state: PyTree, metrics: metrics_lib.Metrics) -> Flags:
-    """For each state field (``"state.params"``, ...) and each metric (``"metrics.loss"``):
-    whether every floating-point value in it is finite."""
-    zeros: dict[str, jax.Array] = {}
-    for path, leaf in jax.tree_util.tree_leaves_with_path({"state": state, "metrics": metrics}):
-        if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
-            name = ".".join(field_name(k) for k in path[:2])
-            # x * 0 is 0 for every finite x and NaN for NaN and infinities: a plain sum finds them
-            # without overflowing, and fuses into the leaf's producer (few ops to compile)
-            zeros[name] = zeros.get(name, 0.0) + jnp.sum(leaf * 0, dtype=jnp.float32)
-    return {name: total == 0 for name, total in zeros.items()}
 
 
 def run_iterations(
@@ -76,9 +63,9 @@ def run_iterations(
     there, its row then meaningless). The caller keeps the chunks completed within
     ``max_rows``: ``offset + iterations <= max_rows * chunk_iterations``.
     """
-    state_shape, shapes = jax.eval_shape(algo.step, state)
+    _, shapes, flag_shapes = jax.eval_shape(algo.checked_step, state)
     rows = {k: jnp.zeros((max_rows, *v.shape), jnp.float32) for k, v in shapes.items()}
-    no_flags = _all_set(state_shape, shapes) if check_finite else {}
+    no_flags = {name: jnp.bool_(True) for name in flag_shapes} if check_finite else {}
     Carry = tuple[jax.Array, PyTree, Chunk, metrics_lib.Metrics, jax.Array, Flags]
 
     def running(carry: Carry) -> jax.Array:
@@ -87,8 +74,8 @@ def run_iterations(
 
     def body(carry: Carry) -> Carry:
         i, state, chunk, rows, num_rows, _ = carry
-        state, metrics = algo.step(state)
-        flags = finite_flags(state, metrics) if check_finite else {}
+        state, metrics, flags = algo.checked_step(state)
+        flags = flags if check_finite else {}
         totals, count = metrics_lib.accumulate(chunk.totals, metrics), chunk.count + 1
         row = metrics_lib.reduce(totals, count.astype(jnp.float32))
         rows = {k: rows[k].at[num_rows].set(row[k]) for k in rows}  # kept once the chunk completes
@@ -102,17 +89,5 @@ def run_iterations(
     return state, chunk, rows, num_rows, ran, flags
 
 
-def _all_set(state: PyTree, metrics: metrics_lib.Metrics) -> Flags:
-    return {name: jnp.bool_(True) for name in jax.eval_shape(finite_flags, state, metrics)}
-
-
 def _all(flags: Flags) -> jax.Array:
     return jnp.stack(list(flags.values())).all() if flags else jnp.bool_(True)
-
-
-def field_name(key: Any) -> str:
-    """The name in one step of a pytree path (a dataclass field, dict key or index)."""
-    for attr in ("name", "key", "idx"):
-        if hasattr(key, attr):
-            return str(getattr(key, attr))
-    return str(key)

@@ -25,8 +25,8 @@ import numpy as np
 from jax.sharding import Sharding, SingleDeviceSharding
 
 from jaxrl_frag import costs, primitives, tracing
-from jaxrl_frag.algorithms import Algorithm
-from jaxrl_frag.chunking import Chunk, field_name, run_iterations
+from jaxrl_frag.algorithms import Algorithm, field_name
+from jaxrl_frag.chunking import Chunk, run_iterations
 from jaxrl_frag.collectives import audit
 from jaxrl_frag.explanation import Explanation
 from jaxrl_frag.graph import FragmentGraph

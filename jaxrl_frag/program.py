@@ -180,7 +180,7 @@ class Program:
                 checkpoints.wait()
                 saving = False
             for row in rows[len(rows) - len(ends):]:
-                row["sps"] = float(np.mean(env_steps - call_start)) / seconds
+                row["sps"] = float(np.nanmean(env_steps - call_start)) / seconds  # NaN: a member without steps
                 if on_chunk is not None:
                     on_chunk(row)
             if bad:

@@ -225,7 +225,7 @@ class RunDir:
         if self._columns is None:
             self._columns = list(row) if new else self._read_header()
         _append(path, _csv_text([row], self._columns, header=new))
-        if self._log is not None:
+        if self._log is not None and math.isfinite(row["env_steps"]):  # NaN: a failed population member's
             prefix = f"member{int(row['member'])}/" if "member" in row else ""
             for name, value in row.items():
                 if name not in _NOT_SCALARS and isinstance(value, int | float) and math.isfinite(value):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 
 
@@ -23,20 +25,24 @@ def iqm(values: np.ndarray) -> float:
     return float(v[cut: len(v) - cut].mean()) if len(v) > 2 * cut else float(v.mean())
 
 
-def by_setting(final_returns: np.ndarray, members: list[tuple[dict[str, float], int]]) -> list[dict[str, object]]:
-    """One row per hyperparameter setting: its members' final returns summarised over
-    seeds (mean with a 95% bootstrap interval, interquartile mean), best mean first."""
+def by_setting(final_returns: np.ndarray, members: list[tuple[dict[str, float], int]],
+               failed: Collection[int] = ()) -> list[dict[str, object]]:
+    """One row per hyperparameter setting: the final returns of its members but the
+    ``failed`` ones summarised over seeds (mean with a 95% bootstrap interval,
+    interquartile mean; NaN where every member failed), with the count of its failed
+    members where any failed; best mean first."""
     groups: dict[tuple[tuple[str, float], ...], list[int]] = {}
     for i, (setting, _) in enumerate(members):
         groups.setdefault(tuple(sorted(setting.items())), []).append(i)
     rows = []
     for setting, indices in groups.items():
-        values = np.asarray(final_returns)[indices]
-        low, high = bootstrap_ci(values)
-        rows.append({**dict(setting), "seeds": len(indices), "mean_return": float(values.mean()),
-                     "ci95_low": float(low), "ci95_high": float(high), "iqm_return": iqm(values),
-                     "members": indices})
-    return sorted(rows, key=lambda r: -r["mean_return"])
+        kept = [i for i in indices if i not in failed]
+        values = np.asarray(final_returns)[kept]
+        low, high = bootstrap_ci(values) if kept else (np.nan, np.nan)
+        rows.append({**dict(setting), "seeds": len(kept), **({"failed": len(indices) - len(kept)} if failed else {}),
+                     "mean_return": float(values.mean()) if kept else np.nan, "ci95_low": float(low),
+                     "ci95_high": float(high), "iqm_return": iqm(values) if kept else np.nan, "members": indices})
+    return sorted(rows, key=lambda r: (np.isnan(r["mean_return"]), -r["mean_return"]))
 
 
 def markdown(rows: list[dict[str, object]]) -> str:

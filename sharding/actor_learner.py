@@ -28,8 +28,8 @@ from jax.sharding import NamedSharding, PartitionSpec, Sharding
 
 from jaxrl_frag import costs, partition, primitives, tracing
 from jaxrl_frag import metrics as metrics_lib
-from jaxrl_frag.algorithms import Algorithm
-from jaxrl_frag.chunking import Chunk, field_name, finite_flags
+from jaxrl_frag.algorithms import Algorithm, field_name, finite_flags
+from jaxrl_frag.chunking import Chunk
 from jaxrl_frag.collectives import audit, summary
 from jaxrl_frag.errors import check
 from jaxrl_frag.explanation import Explanation, Transfer

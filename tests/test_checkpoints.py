@@ -3,14 +3,13 @@ steps, and stop at the first non-finite iteration with the fragment named."""
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
+from poisoned_env import PoisonedRewards
 
 import jaxrl_frag as jf
 from jaxrl_frag import envs
@@ -116,22 +115,6 @@ def test_damaged_newest_step_falls_back_to_the_previous(saved: tuple[jf.Program,
     again = program.run(checkpoint, iterations=8)
     for a, b in zip(jax.tree.leaves(again.state), jax.tree.leaves(intact.state), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-
-
-@dataclasses.dataclass(frozen=True)
-class PoisonedRewards(envs.Wrapper):
-    """CartPole whose rewards turn NaN after ``after`` steps of each environment."""
-
-    after: int = 0
-
-    def reset(self, key: jax.Array) -> tuple[tuple[object, jax.Array], jax.Array]:
-        state, obs = self.inner.reset(key)
-        return (state, jnp.int32(0)), obs
-
-    def step(self, key: jax.Array, state: tuple[object, jax.Array], action: jax.Array) -> tuple[object, envs.TimeStep]:
-        inner, t = state
-        inner, ts = self.inner.step(key, inner, action)
-        return (inner, t + 1), ts._replace(reward=jnp.where(t >= self.after, jnp.nan, ts.reward))
 
 
 envs.register("PoisonedCartPole-v1", lambda after=16 * 5: PoisonedRewards(envs.GymnaxEnv.make("CartPole-v1"), after))

@@ -1,13 +1,20 @@
-"""Population: member i of one compiled population equals its solo run."""
+"""Population: member i of one compiled population equals its solo run; a member that goes
+non-finite is frozen and reported while the others train on."""
 
 from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 import pytest
+from poisoned_env import PoisonedRewards
 
 import jaxrl_frag as jf
-from jaxrl_frag import ConfigError, sharding
+from jaxrl_frag import ConfigError, envs, sharding
+from jaxrl_frag.errors import NonFiniteError
 from jaxrl_frag.transforms import Population
 
 SMALL = dict(num_envs=8, num_steps=32, total_steps=8 * 32 * 4)  # 4 iterations
@@ -64,3 +71,92 @@ def test_interval_statistics() -> None:
     values = np.random.default_rng(0).normal(10.0, 1.0, size=400)
     low, high = bootstrap_ci(values)
     assert low < 10.0 < high and high - low < 0.3
+
+
+POISONED = dict(num_envs=4, num_steps=8, total_steps=4 * 8 * 6)  # 6 iterations
+# of seeds 0..7 only seed 2 draws below the rate in one of its 4 environments: its rewards turn NaN at step 16,
+# in its 3rd iteration
+envs.register("PoisonedSeedCartPole-v1",
+              lambda: PoisonedRewards(envs.GymnaxEnv.make("CartPole-v1"), after=16, rate=0.02))
+BAD = 2
+
+
+class Poisoned(NamedTuple):
+    solo: jf.Program
+    population: Population
+    program: jf.Program
+    history: jf.History
+
+
+@pytest.fixture(scope="module")
+def poisoned() -> Poisoned:
+    """Seeds 0..7 of PPO on PoisonedSeedCartPole-v1, solo and as one population, and the population's run."""
+    algo = jf.recipes.PPO.create("PoisonedSeedCartPole-v1", **POISONED)
+    population = Population.of([algo] * 8, range(8))
+    program = jf.compile(population, chunk_iterations=2)
+    return Poisoned(jf.compile(algo, chunk_iterations=2), population, program, program.run(jax.random.PRNGKey(0)))
+
+
+def _assert_close(a: Any, b: Any) -> None:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind == "f":
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    else:
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_failed_member_is_frozen_and_the_others_equal_their_solo_runs(poisoned: Poisoned) -> None:
+    [failure] = poisoned.population.failures(poisoned.history.rows)
+    assert (failure.member, failure.seed, failure.setting, failure.iteration) == (BAD, BAD, {}, 3)
+    assert str(failure) == "member 2 (seed 2) went non-finite at iteration 3"
+    with pytest.raises(NonFiniteError) as error:
+        poisoned.solo.run(jax.random.PRNGKey(BAD))
+    assert error.value.iteration == 3
+    assert poisoned.history.iteration == 6
+    for i in range(8):  # the failed member holds the state its solo run had before it failed
+        solo = poisoned.solo.run(jax.random.PRNGKey(i), iterations=2 if i == BAD else None)
+        for pop_leaf, solo_leaf in zip(jax.tree.leaves(poisoned.history.state), jax.tree.leaves(solo.state), strict=True):
+            _assert_close(np.asarray(pop_leaf)[i], solo_leaf)
+    loss = poisoned.history["loss"]
+    assert np.isnan(loss[1:, BAD]).all() and np.isfinite(np.delete(loss, BAD, axis=1)).all()
+    assert poisoned.history["failed_count"][:, BAD].tolist() == [0, 2, 2]  # iterations 3 and 4, 5 and 6
+
+
+def test_the_freeze_leaves_the_other_members_bitwise_as_if_it_were_healthy(poisoned: Poisoned) -> None:
+    start = poisoned.program.init(jax.random.PRNGKey(0))
+    [flag] = [x for x in jax.tree.leaves(start.env_state) if x.dtype == bool]  # which environments are poisoned
+    assert np.asarray(flag).any(axis=1).nonzero()[0].tolist() == [BAD]
+    healed = poisoned.program.run(jax.tree.map(lambda x: x & False if x.dtype == bool else x, start))
+    assert poisoned.population.failures(healed.rows) == []
+    for a, b in zip(jax.tree.leaves(poisoned.history.state), jax.tree.leaves(healed.state), strict=True):
+        np.testing.assert_array_equal(np.delete(np.asarray(a), BAD, axis=0), np.delete(np.asarray(b), BAD, axis=0))
+
+
+def test_the_run_stops_once_every_member_has_failed(poisoned: Poisoned) -> None:
+    start = poisoned.program.init(jax.random.PRNGKey(0))
+    every_one_bad = jax.tree.map(lambda x: x[np.full(8, BAD)], start)
+    with pytest.raises(NonFiniteError) as error:
+        poisoned.program.run(every_one_bad)
+    assert error.value.iteration == 3 and error.value.fragment == "actor.rollout"
+
+
+def test_cli_reports_the_failed_member_and_trains_the_others(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from jaxrl_frag.cli import main
+
+    run_dir = tmp_path / "run"
+    status = main(["train", "ppo", "--env", "PoisonedSeedCartPole-v1", "--seeds", "8", "--num-envs", "4",
+                   "--num-steps", "8", "--total-steps", str(POISONED["total_steps"]), "--chunk-iterations", "2",
+                   "--run-dir", str(run_dir)])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert "jaxrl-frag: warning: member 2 (seed 2) went non-finite at iteration 3; its state stays that of " \
+           "iteration 2 and the other members train on" in err
+    note = "- member 2 (seed 2) went non-finite at iteration 3: left out of the statistics above"
+    assert note in out and note in (run_dir / "summary.md").read_text()
+    with open(run_dir / "summary.csv", newline="") as f:
+        [summary] = list(csv.DictReader(f))
+    assert (summary["seeds"], summary["failed"]) == ("7", "1")
+    with open(run_dir / "metrics.csv", newline="") as f:
+        rows = [row for row in csv.DictReader(f) if row["member"] == str(BAD)]
+    assert [(row["iteration"], float(row["failed_count"])) for row in rows] == [("2.0", 0), ("4.0", 2), ("6.0", 2)]
+    assert [row["loss"] for row in rows[1:]] == ["nan", "nan"]

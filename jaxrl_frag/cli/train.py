@@ -192,7 +192,8 @@ def _run_locked(args: argparse.Namespace, run_dir: Any, algo: Any, members: Memb
         if main_process:
             run_dir.write_config(config)
             run_dir.open_log(purge_step=done * algo.steps_per_iteration + 1)
-        on_chunk = _Reporter(run_dir, members, algo, done) if main_process else None
+        earlier = [] if start is None else start.meta.get("rows", [])
+        on_chunk = _Reporter(run_dir, members, algo, done, earlier) if main_process else None
         stop = StopOnSignal()
         try:
             with stop:
@@ -219,14 +220,14 @@ def _run_locked(args: argparse.Namespace, run_dir: Any, algo: Any, members: Memb
         say(f"stopped at iteration {history.iteration} of {algo.num_iterations}; checkpoint saved in "
             f"{checkpoints.directory}. Resume with: jaxrl-frag resume {run_dir.path}")
         return 0
-    say(f"trained to {int(np.max(history.final['env_steps'])):,} steps; "
+    say(f"trained to {int(np.nanmax(history.final['env_steps'])):,} steps; "
         f"final mean episode return {float(np.nanmean(history.last('episode_return'))):.2f}")
     if main_process:
         title = f"{args.recipe} on {args.env}"
         if members is None:
             curve = run_dir.plot(title)
         else:
-            curve = _write_population_report(run_dir, history, members, title)
+            curve = _write_population_report(run_dir, history, members, title, on_chunk.failures)
         print(f"wrote {run_dir.path / 'config.json'}, {run_dir.path / 'metrics.csv'}, {curve}, "
               f"{run_dir.path / 'tensorboard'}, {run_dir.checkpoints}")
     return 0
@@ -273,19 +274,31 @@ def _resume_point(program: Any, checkpoints: Any, run_dir: Any, say: Callable[..
 
 
 class _Reporter:
-    """Writes each row of metrics (one per member in a population) and shows progress."""
+    """Writes each row of metrics (one per member in a population) and shows progress; in a
+    population, says which members have failed (``failures``, those of the rows before
+    ``done`` too) as they do."""
 
-    def __init__(self, run_dir: Any, members: Members | None, algo: Any, done: int):
+    def __init__(self, run_dir: Any, members: Members | None, algo: Any, done: int, earlier: list[dict[str, Any]]):
         from jaxrl_frag.progress import Progress
 
-        self.run_dir, self.members = run_dir, members
+        self.run_dir, self.members, self.algo = run_dir, members, algo
         steps = algo.steps_per_iteration
         self.progress = Progress(algo.num_iterations * steps, initial=done * steps)
+        self.rows = list(earlier)
+        self.failures = [] if members is None else algo.failures(self.rows)
 
     def __call__(self, row: dict[str, Any]) -> None:
         for line in _member_rows(row, self.members):
             self.run_dir.append_metrics(line)
         self.progress.update(row if self.members is None else {k: float(np.nanmean(v)) for k, v in row.items()})
+        if self.members is not None:
+            self.rows.append(row)
+            known = {failure.member for failure in self.failures}
+            self.failures = self.algo.failures(self.rows)
+            for failure in self.failures:
+                if failure.member not in known:
+                    print(f"jaxrl-frag: warning: {failure}; its state stays that of iteration {failure.iteration - 1} "
+                          "and the other members train on", file=sys.stderr)
 
     def close(self) -> None:
         self.progress.close()
@@ -301,15 +314,17 @@ def _member_rows(row: dict[str, Any], members: Members | None) -> list[dict[str,
 
 
 def _write_population_report(run_dir: Any, history: Any, members: Members,
-                             title: str) -> Path:
-    """The summary table per setting (printed, and saved as summary.md and summary.csv)
-    and the learning curves with 95% intervals; returns the plot's path."""
+                             title: str, failures: list[Any]) -> Path:
+    """The summary table per setting (printed, and saved as summary.md and summary.csv),
+    the members that failed (left out of it) below it, and the learning curves with 95%
+    intervals; returns the plot's path."""
     import csv
 
     from jaxrl_frag import plots, summary
 
-    rows = summary.by_setting(history.last("episode_return"), members)
-    table = summary.markdown(rows)
+    rows = summary.by_setting(history.last("episode_return"), members, [failure.member for failure in failures])
+    notes = "".join(f"\n- {failure}: left out of the statistics above" for failure in failures)
+    table = summary.markdown(rows) + ("\n" + notes if notes else "")
     print(table)
     best = {k: v for k, v in rows[0].items() if k in members[0][0]}
     print(f"best setting: {best or 'all members share one setting'} (mean final return {rows[0]['mean_return']:.2f})")
