@@ -2,7 +2,19 @@
 host environments (Gymnasium, Atari) in worker processes."""
 
 from jaxrl_frag.envs.brax_env import BraxEnv
-from jaxrl_frag.envs.core import AgentObs, Box, Capabilities, Discrete, Ended, Env, Space, Steps, TimeStep, Wrapper
+from jaxrl_frag.envs.core import (
+    AgentObs,
+    Box,
+    Capabilities,
+    Discrete,
+    Ended,
+    Env,
+    Space,
+    Steps,
+    TimeStep,
+    Wrapper,
+    forget,
+)
 from jaxrl_frag.envs.gymnax_env import GymnaxEnv
 from jaxrl_frag.envs.host_env import HostEnv, is_host
 from jaxrl_frag.envs.host_pool import EnvWorkerError
@@ -10,6 +22,7 @@ from jaxrl_frag.envs.registry import available, make, register
 from jaxrl_frag.envs.wrappers import (
     EpisodeStatistics,
     NormalizeObservation,
+    ObservationMask,
     RunningMoments,
     ScaleReward,
     VecEnv,
@@ -17,6 +30,6 @@ from jaxrl_frag.envs.wrappers import (
 
 __all__ = [
     "AgentObs", "Box", "BraxEnv", "Capabilities", "Discrete", "Ended", "Env", "EnvWorkerError", "EpisodeStatistics",
-    "GymnaxEnv", "HostEnv", "NormalizeObservation", "RunningMoments", "ScaleReward", "Space", "Steps", "TimeStep", "VecEnv",
-    "Wrapper", "available", "is_host", "make", "register",
+    "GymnaxEnv", "HostEnv", "NormalizeObservation", "ObservationMask", "RunningMoments", "ScaleReward", "Space", "Steps",
+    "TimeStep", "VecEnv", "Wrapper", "available", "forget", "is_host", "make", "register",
 ]

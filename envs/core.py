@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 PyTree = Any
@@ -121,6 +122,13 @@ class Capabilities:
 
 # act(obs, key) -> (action to record, action to send to the environment, anything else to keep per step)
 Act = Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array, PyTree]]
+# act(obs, memory, key) -> (action, env_action, extra, memory after the step): an acting function with a memory
+RecurrentAct = Callable[[jax.Array, PyTree, jax.Array], tuple[jax.Array, jax.Array, PyTree, PyTree]]
+
+
+def forget(memory: PyTree, done: jax.Array) -> PyTree:
+    """``memory`` (leaves ``[N, ...]``) set to zeros where ``done`` (``[N]``) holds."""
+    return jax.tree.map(lambda m: jnp.where(done.reshape(done.shape + (1,) * (m.ndim - done.ndim)), 0, m), memory)
 
 
 class Env:
@@ -181,22 +189,36 @@ class Env:
         the last step, and the episodes that ended (from ``EpisodeStatistics``'s info: an
         environment's own ``info["episode_done"]`` where it has one, and its other
         ``episode_*`` entries as ``Ended.stats``).
-        A ``lax.scan`` of ``act`` then ``step``; an environment outside XLA schedules
+        ``recurrent_rollout`` without a memory; an environment outside XLA schedules
         its steps its own way (``HostEnv``)."""
 
-        def one_step(carry: tuple[PyTree, jax.Array, jax.Array], _: None) -> tuple[Any, Any]:
-            state, obs, key = carry
+        def stateless(obs: jax.Array, memory: PyTree, key: jax.Array) -> tuple[Any, ...]:
+            return (*act(obs, key), memory)
+
+        steps, extras, state, obs, _, ended = self.recurrent_rollout(stateless, state, obs, (), key, num_steps)
+        return steps, extras, state, obs, ended
+
+    def recurrent_rollout(self, act: RecurrentAct, state: PyTree, obs: jax.Array, memory: PyTree, key: jax.Array,
+                          num_steps: int) -> tuple[Steps, PyTree, PyTree, jax.Array, PyTree, Ended]:
+        """``rollout`` with an acting function that carries a ``memory`` (leaves ``[N, ...]``)
+        from step to step, set to zeros (``forget``) where an episode ended, before the
+        next step reads it: a ``lax.scan`` of ``act`` then ``step``. Returns what
+        ``rollout`` does, with the memory after the last step before the episodes."""
+
+        def one_step(carry: tuple[PyTree, jax.Array, PyTree, jax.Array], _: None) -> tuple[Any, Any]:
+            state, obs, memory, key = carry
             key, k_act, k_env = jax.random.split(key, 3)
-            action, env_action, extra = act(obs, k_act)
+            action, env_action, extra, memory = act(obs, memory, k_act)
             state, ts = self.step(k_env, state, env_action)
             step = Steps(obs, action, ts.reward, ts.terminated, ts.truncated, ts.final_obs)
             info = ts.info
             stats = {k: v for k, v in info.items() if k.startswith("episode_") and k not in EPISODE_KEYS}
             ended = Ended(info.get("episode_done", ts.done), info["episode_return"], info["episode_length"], stats)
-            return (state, ts.obs, key), (step, extra, ended)
+            return (state, ts.obs, forget(memory, ts.done), key), (step, extra, ended)
 
-        (state, obs, _), (steps, extras, ended) = jax.lax.scan(one_step, (state, obs, key), None, num_steps)
-        return steps, extras, state, obs, ended
+        (state, obs, memory, _), (steps, extras, ended) = jax.lax.scan(one_step, (state, obs, memory, key), None,
+                                                                      num_steps)
+        return steps, extras, state, obs, memory, ended
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,6 +9,10 @@ starts with ``mysim:``. Its object is a factory ``factory(env_id, num_envs, **op
 ``make`` batches and wraps as it does gymnax's, or a batch of exactly ``num_envs``
 (a family that batches itself), which ``make`` takes as it is but for the
 normalisation wrappers. Ids that a built-in family takes stay the built-in's.
+
+Any JAX environment id with vector observations takes the suffix ``@obs=I,J,...``:
+the environment observing only those entries of its observations (``ObservationMask``;
+``CartPole-v1@obs=0,2`` is CartPole without its velocities, a task that needs memory).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from jaxrl_frag.envs import brax_env, gymnax_env
 from jaxrl_frag.envs.core import Env
 from jaxrl_frag.envs.gymnax_env import GymnaxEnv
 from jaxrl_frag.envs.host_env import PREFIXES, HostEnv, is_host
-from jaxrl_frag.envs.wrappers import EpisodeStatistics, NormalizeObservation, ScaleReward, VecEnv
+from jaxrl_frag.envs.wrappers import OBS_MASK, EpisodeStatistics, NormalizeObservation, ObservationMask, ScaleReward, VecEnv
 from jaxrl_frag.errors import ConfigError, check
 
 _REGISTERED: dict[str, Callable[..., Env]] = {}
@@ -119,6 +123,33 @@ def register(name: str, factory: Callable[..., Env]) -> None:
     _REGISTERED[name] = factory
 
 
+def split_mask(name: str) -> tuple[str, str | None]:
+    """An id without its ``@obs=...`` suffix, and the suffix's entries as written (``None`` without one)."""
+    base, mark, keep = name.partition(OBS_MASK)
+    return (base, keep) if mark else (name, None)
+
+
+def _masked(env: Env, name: str, keep: str) -> Env:
+    """``env`` (one environment, or a batch) observing only the entries ``keep`` lists
+    (``"0,2"``); ``ConfigError`` naming ``name`` for entries that are not whole numbers,
+    repeat, or lie outside its observations, or an environment without vector observations."""
+    check(env.num_agents is None, "env", name, f"masks one agent's observations; {env.name} has {env.num_agents} "
+                                               f"agents: drop {OBS_MASK}{keep}")
+    shape = env.observation_space.shape
+    check(len(shape) == 1, "env", name, f"masks vector observations; {env.name} observes shape {shape}: drop "
+                                        f"{OBS_MASK}{keep}")
+    entries = keep.split(",")
+    check(all(e.strip().isdigit() for e in entries), "env", name,
+          f"{OBS_MASK} takes comma-separated observation entries (whole numbers from 0), e.g. {env.name}{OBS_MASK}0,2")
+    indices = tuple(int(e) for e in entries)
+    check(len(set(indices)) == len(indices), "env", name, "names an observation entry twice: name each once")
+    (size,) = shape
+    outside = [i for i in indices if i >= size]
+    check(not outside, "env", name, lambda: f"keeps observation entry {outside[0]}, but {env.name} observes {size} "
+                                            f"entries (0 to {size - 1}): choose among them")
+    return ObservationMask(env, indices)
+
+
 def available() -> list[str]:
     """Every JAX environment id that ``make`` accepts (and any ``gymnasium:<id>`` or
     ``ale:<Game>``, and the ids of the plugins' families)."""
@@ -157,13 +188,18 @@ def make(
 
     Returns:
         The environment: ``EpisodeStatistics(VecEnv(env, num_envs))``, wrapped further
-        as asked, with ``num_envs``; the bare environment without.
+        as asked, with ``num_envs``; the bare environment without. With an
+        ``@obs=I,J,...`` suffix, ``env`` observes only those entries (``ObservationMask``).
 
     Raises:
         ConfigError: For an unknown id (with the closest ones), a non-positive
-            ``num_envs``, options a host environment does not take, or a plugin that
-            fails to load (naming its entry point).
+            ``num_envs``, options a host environment does not take, a plugin that
+            fails to load (naming its entry point), or an ``@obs=`` suffix that names
+            no observation entries of the environment.
     """
+    full, (name, keep) = name, split_mask(name)
+    check(keep is None or not is_host(name), "env", full,
+          f"{OBS_MASK} masks JAX environments' observations; {name} runs on the host: drop {OBS_MASK}{keep}")
     if is_host(name):
         check(num_envs is not None, "num_envs", num_envs, f"host environments ({name}) come batched: give num_envs")
         for option, value in (("normalize_obs", normalize_obs), ("scale_reward", scale_reward)):
@@ -183,6 +219,8 @@ def make(
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise ConfigError("env", name, f"unknown environment; {hint}available: {', '.join(known)}, "
                                       "and host environments gymnasium:<Gymnasium id> and ale:<Atari game>")
+    if keep is not None:
+        env = _masked(env, full, keep)
     if num_envs is None:
         return env
     check(num_envs > 0, "num_envs", num_envs, "must be a positive number of environments")

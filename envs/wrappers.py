@@ -1,4 +1,5 @@
-"""Wrappers: batching, episode statistics, observation and reward normalisation.
+"""Wrappers: batching, episode statistics, observation and reward normalisation, and
+observations cut down to some of their entries (partial observability).
 
 The statistics wrappers sit outside ``VecEnv`` and reduce over the whole
 environment batch with ``jaxrl_frag.primitives.batch_moments``, whose meaning a
@@ -12,10 +13,11 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from jaxrl_frag import primitives
-from jaxrl_frag.envs.core import PyTree, TimeStep, Wrapper
+from jaxrl_frag.envs.core import Box, PyTree, TimeStep, Wrapper
 from jaxrl_frag.primitives import Shared
 
 
@@ -32,6 +34,39 @@ class VecEnv(Wrapper):
 
     def step(self, key: jax.Array, state: PyTree, action: jax.Array) -> tuple[PyTree, TimeStep]:
         return jax.vmap(self.inner.step)(jax.random.split(key, self.num_envs), state, action)
+
+
+OBS_MASK = "@obs="  # an id's suffix naming the observation entries an ObservationMask keeps: CartPole-v1@obs=0,2
+
+
+@dataclasses.dataclass(frozen=True)
+class ObservationMask(Wrapper):
+    """Only the entries ``keep`` of each vector observation, in that order: a partially
+    observed task (CartPole without its velocities keeps 0 and 2). Named
+    ``<inner name>@obs=<keep>``, so that ``make`` makes it again from its name."""
+
+    keep: tuple[int, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.inner.name}{OBS_MASK}{','.join(map(str, self.keep))}"
+
+    @property
+    def observation_space(self) -> Box:
+        space, keep = self.inner.observation_space, list(self.keep)
+        return Box(tuple(np.asarray(space.low)[keep].tolist()), tuple(np.asarray(space.high)[keep].tolist()),
+                   (len(keep),), space.dtype)
+
+    def _mask(self, obs: jax.Array) -> jax.Array:
+        return obs[..., np.asarray(self.keep)]
+
+    def reset(self, key: jax.Array) -> tuple[PyTree, jax.Array]:
+        state, obs = self.inner.reset(key)
+        return state, self._mask(obs)
+
+    def step(self, key: jax.Array, state: PyTree, action: jax.Array) -> tuple[PyTree, TimeStep]:
+        state, ts = self.inner.step(key, state, action)
+        return state, ts._replace(obs=self._mask(ts.obs), final_obs=self._mask(ts.final_obs))
 
 
 @struct.dataclass

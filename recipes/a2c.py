@@ -19,7 +19,7 @@ from jaxrl_frag.bounds import divisors
 from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
-from jaxrl_frag.recipes.actor_critic import ActorCriticRecipe, Transition
+from jaxrl_frag.recipes.actor_critic import ActorCriticRecipe, Recurrence, Transition
 
 PyTree = Any
 
@@ -53,13 +53,14 @@ class A2C(ActorCriticRecipe):
         """Advantages, then one pass of ``num_minibatches`` updates."""
         return self.descend(params, opt_state, self.samples(params, traj, last_obs), key[None])
 
-    def samples(self, params: PyTree, traj: Transition, last_obs: jax.Array) -> tuple[jax.Array, ...]:
+    def samples(self, params: PyTree, traj: Transition, last_obs: jax.Array) -> tuple[Any, ...]:
         return self.gae_samples(params, traj, last_obs, self.gae_lambda)
 
-    def loss(self, params: PyTree, obs: jax.Array, action: jax.Array, old_log_prob: jax.Array,
-             old_value: jax.Array, advantage: jax.Array, target: jax.Array) -> tuple[jax.Array, Metrics]:
+    def loss(self, params: PyTree, recurrence: Recurrence | tuple[()], obs: jax.Array, action: jax.Array,
+             old_log_prob: jax.Array, old_value: jax.Array, advantage: jax.Array,
+             target: jax.Array) -> tuple[jax.Array, Metrics]:
         """Policy gradient + value regression - entropy bonus, on one minibatch."""
-        dist, value = self.network.apply(params, obs)
+        dist, value = self.policy_value(params, recurrence, obs)
         if self.normalize_advantage:
             advantage = primitives.standardize(advantage)
         policy_loss = -(advantage * dist.log_prob(action)).mean()

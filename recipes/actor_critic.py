@@ -4,6 +4,14 @@ of minibatch updates.
 
 A subclass adds its ``learn`` fragment (``learner`` role), its ``loss`` and its own
 settings; ``step`` is the same for every subclass: roll out, then learn from the rollout.
+
+With ``memory`` ``gru`` or ``lstm`` the network is recurrent (``RecurrentActorCritic``):
+its memory is part of the training state, batched along the environments like their
+observations, and forgotten (set to zeros) where an episode ended before the next step
+reads it. The trajectory records the memory each step was acted with; the learner
+trains on whole sequences (its minibatches are sets of environments), each unrolled
+from the memory its first step was acted with and forgetting it where an episode
+began within (truncated backpropagation through the rollout).
 """
 
 from __future__ import annotations
@@ -18,24 +26,28 @@ from flax import struct
 
 from jaxrl_frag import envs, primitives
 from jaxrl_frag.algorithms import hyperparameter, static_field
+from jaxrl_frag.bounds import divisors
+from jaxrl_frag.envs.core import forget
 from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes.advantages import gae
 from jaxrl_frag.recipes.epochs import minibatch_epochs, updates_done
-from jaxrl_frag.recipes.networks import ACTIVATIONS, ActorCritic
+from jaxrl_frag.recipes.networks import ACTIVATIONS, CELLS, ActorCritic, Categorical, Gaussian, RecurrentActorCritic
 from jaxrl_frag.recipes.recipe import PolicyFn, Recipe
-from jaxrl_frag.recipes.rollout import collect
+from jaxrl_frag.recipes.rollout import collect_with_memory
 
 PyTree = Any
 TORSOS = ("auto", "atari", "cnn", "mlp")
+MEMORIES = ("none", *CELLS)
 ATARI_PIXELS = 36  # the smallest image side the atari torso's three convolutions take
 
 
 class Transition(NamedTuple):
     """One environment step of the rollout, time-major once stacked ``[T, N, ...]``.
     ``log_prob`` and ``value`` are the acting policy's; ``final_value`` is its value of
-    the observation that ended an episode at this step."""
+    the observation that ended an episode at this step; ``memory`` the recurrent
+    network's memory the step was acted with (``()`` for a feed-forward one)."""
 
     obs: jax.Array
     action: jax.Array
@@ -45,6 +57,16 @@ class Transition(NamedTuple):
     terminated: jax.Array
     truncated: jax.Array
     final_value: jax.Array
+    memory: PyTree = ()
+
+
+class Recurrence(NamedTuple):
+    """Where the sequences of environment-major samples ``[n, T, ...]`` start: the memory
+    each environment's first step was acted with (``[n, ...]``), and whether each step
+    ``[n, T]`` begins an episode (the memory forgotten before it)."""
+
+    start: PyTree
+    first: jax.Array
 
 
 class Lesson(NamedTuple):
@@ -62,6 +84,7 @@ class ActorCriticState:
     opt_state: PyTree
     env_state: PyTree
     obs: jax.Array
+    memory: PyTree  # the recurrent network's, [N, ...]; () for a feed-forward one
     key: jax.Array
 
 
@@ -79,6 +102,9 @@ class ActorCriticRecipe(Recipe):
     anneal_lr: bool = static_field(True, help="anneal the learning rate linearly to zero over the run")
     normalize_obs: bool = static_field(False, help="standardise observations with running statistics")
     scale_reward: bool = static_field(False, help="divide rewards by the running std of the discounted return")
+    memory: str = static_field("none", help="the policy's memory: none (feed-forward), gru or lstm (a recurrent cell "
+                                            "of hidden[0] units after the first layer, trained on whole sequences of "
+                                            "each rollout; minibatches are then sets of environments)")
     ent_coef: float = hyperparameter(0.01, help="entropy bonus coefficient")
     vf_coef: float = hyperparameter(0.5, help="value loss coefficient")
     max_grad_norm: float = hyperparameter(0.5, help="global gradient norm clip")
@@ -96,6 +122,12 @@ class ActorCriticRecipe(Recipe):
               f"needs image observations (H, W, C); {env_id} observes shape {shape}: choose mlp or auto")
         check(torso != "atari" or min(shape[:2]) >= ATARI_PIXELS, "torso", torso,
               f"needs images of at least {ATARI_PIXELS}x{ATARI_PIXELS}; {env_id} observes {shape}: choose cnn or auto")
+        memory = settings["memory"]
+        check(memory == "none" or (len(shape) == 1 and torso in ("auto", "mlp")), "memory", memory,
+              f"recurrent networks read vector observations through MLPs; {env_id} observes shape {shape} (torso "
+              f"{torso}): choose --memory none")
+        check(memory == "none" or not envs.is_host(env_id), "memory", memory,
+              f"recurrent policies act on JAX environments; {env_id} runs on the host: choose --memory none")
         return env
 
     @classmethod
@@ -104,6 +136,14 @@ class ActorCriticRecipe(Recipe):
         check(s["torso"] in TORSOS, "torso", s["torso"],
               f"choose one of {', '.join(TORSOS)} (auto: atari or cnn for image observations, else mlp)")
         check(s["activation"] in ACTIVATIONS, "activation", s["activation"], f"choose one of {', '.join(ACTIVATIONS)}")
+        check(s["memory"] in MEMORIES, "memory", s["memory"],
+              f"choose one of {', '.join(MEMORIES)} (none: a feed-forward policy)")
+        if s["memory"] != "none":
+            check(not cls.multi_agent, "memory", s["memory"],
+                  f"{cls.__name__} acts with feed-forward networks only: choose --memory none")
+            check(s["num_envs"] % s["num_minibatches"] == 0, "num_minibatches", s["num_minibatches"],
+                  lambda: f"with memory a minibatch holds whole environments' sequences, so it must divide num_envs = "
+                          f"{s['num_envs']}; choose one of {divisors(s['num_envs'], 16)}")
         for name in ("ent_coef", "vf_coef"):
             check(s[name] >= 0, name, s[name], "must be zero or positive")
         if s["anneal_lr"]:  # the schedule reads the optimizer's update count
@@ -135,10 +175,61 @@ class ActorCriticRecipe(Recipe):
         return "atari" if min(shape[:2]) >= ATARI_PIXELS else "cnn"
 
     @property
-    def network(self) -> ActorCritic:
+    def recurrent(self) -> bool:
+        """Whether the network has a memory (``memory`` is not ``none``)."""
+        return self.memory != "none"
+
+    @property
+    def network(self) -> ActorCritic | RecurrentActorCritic:
         space = self.env.action_space
         action_dim = int(np.prod(space.shape)) if self.continuous else space.n
+        if self.recurrent:  # the cell after the first layer, the heads' MLPs of the remaining widths after it
+            heads = ActorCritic(action_dim, self.hidden[1:], self.continuous, "mlp", self.activation)
+            return RecurrentActorCritic(heads, self.memory, self.hidden[0])
         return ActorCritic(action_dim, self.hidden, self.continuous, self.network_torso, self.activation)
+
+    def act_step(self, params: PyTree, memory: PyTree, obs: jax.Array) -> tuple[
+            PyTree, Categorical | Gaussian, jax.Array]:
+        """The network on one step of ``N`` environments: ``(memory after, action
+        distribution, value)`` of observations ``[N, ...]`` read with ``memory`` (``()``,
+        kept, for a feed-forward network)."""
+        if self.recurrent:
+            return self.network.apply(params, memory, obs, method="step")
+        return memory, *self.network.apply(params, obs)
+
+    def value_of(self, params: PyTree, memory: PyTree, obs: jax.Array) -> jax.Array:
+        """The value ``[N]`` of observations ``[N, ...]`` read with ``memory``."""
+        if self.recurrent:
+            return self.act_step(params, memory, obs)[2]
+        return self.network.apply(params, obs, method="value")
+
+    def value_after(self, params: PyTree, memory: PyTree, obs: jax.Array, done: jax.Array,
+                    last_obs: jax.Array) -> jax.Array:
+        """The value ``[N]`` of the observations ``last_obs`` that follow a rollout's last
+        step, whose observations ``obs`` were acted on with ``memory`` and where ``done``
+        says which episodes ended: read with the memory after that step, forgotten
+        where they did."""
+        if self.recurrent:
+            memory = forget(self.act_step(params, memory, obs)[0], done)
+        return self.value_of(params, memory, last_obs)
+
+    def policy_value(self, params: PyTree, recurrence: Recurrence | tuple[()], obs: jax.Array) -> tuple[
+            Categorical | Gaussian, jax.Array]:
+        """The action distribution and value at a minibatch's samples: observations ``[B,
+        ...]`` with ``recurrence`` ``()`` (feed-forward), or environment-major sequences ``[n,
+        T, ...]`` unrolled from ``recurrence`` (recurrent; the outputs ``[n, T]``)."""
+        if self.recurrent:
+            return self.network.apply(params, recurrence.start, obs, recurrence.first)[1:]
+        return self.network.apply(params, obs)
+
+    def recurrence(self, traj: Transition) -> Recurrence | tuple[()]:
+        """Where the environments' sequences of a time-major rollout start
+        (``Recurrence``, environment-major), or ``()`` for a feed-forward network."""
+        if not self.recurrent:
+            return ()
+        done = traj.terminated | traj.truncated
+        first = jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]])
+        return Recurrence(jax.tree.map(lambda m: m[0], traj.memory), first.T)
 
     def env_action(self, action: jax.Array) -> jax.Array:
         """The action sent to the environment: a continuous one clipped to its bounds."""
@@ -150,7 +241,9 @@ class ActorCriticRecipe(Recipe):
     def policy_fn(self, state: ActorCriticState, greedy: bool) -> PolicyFn:
         """The policy network's action (``Recipe.policy_fn``): its most likely one (the
         Gaussian's mean) or a sample, clipped to the bounds, on observations standardised
-        as in training."""
+        as in training. Feed-forward networks only: ``ConfigError`` for a recurrent one."""
+        check(not self.recurrent, "memory", self.memory,
+              "evaluating and exporting act without a memory: a recurrent policy is not supported there yet")
         observe = self.env.observation_fn(state.env_state)
 
         def act(obs: jax.Array, key: jax.Array) -> jax.Array:
@@ -175,8 +268,12 @@ class ActorCriticRecipe(Recipe):
     def init(self, key: jax.Array) -> ActorCriticState:
         key, k_net, k_env = jax.random.split(key, 3)
         env_state, obs = self.env.reset(k_env)
-        params = self.network.init(k_net, obs)
-        return ActorCriticState(params, self.optimizer().init(params), env_state, obs, key)
+        if self.recurrent:
+            memory = self.network.blank(self.num_envs)
+            params = self.network.init(k_net, memory, obs[:, None], jnp.zeros((self.num_envs, 1), bool))
+        else:
+            memory, params = (), self.network.init(k_net, obs)
+        return ActorCriticState(params, self.optimizer().init(params), env_state, obs, memory, key)
 
     def step(self, state: ActorCriticState) -> tuple[ActorCriticState, Metrics]:
         state, metrics, _ = self.round(state)
@@ -185,10 +282,11 @@ class ActorCriticRecipe(Recipe):
     def round(self, state: ActorCriticState) -> tuple[ActorCriticState, Metrics, Lesson]:
         """``step``, also returning what its learner learned from."""
         key, k_act, k_learn = jax.random.split(state.key, 3)
-        traj, env_state, obs, episodes = self.rollout(state.params, state.env_state, state.obs, k_act)
+        traj, env_state, obs, memory, episodes = self.rollout(state.params, state.env_state, state.obs, state.memory,
+                                                              k_act)
         params, opt_state, losses = self.learn(state.params, state.opt_state, traj, obs, k_learn)
         lesson = Lesson(state.params, traj, obs)
-        return ActorCriticState(params, opt_state, env_state, obs, key), {**episodes, **losses}, lesson
+        return ActorCriticState(params, opt_state, env_state, obs, memory, key), {**episodes, **losses}, lesson
 
     def learn(self, params: PyTree, opt_state: PyTree, traj: Transition, last_obs: jax.Array,
               key: jax.Array) -> tuple[PyTree, PyTree, Metrics]:
@@ -218,8 +316,9 @@ class ActorCriticRecipe(Recipe):
             last_obs: ``[N, ...]``, the observations after the rollout's last step.
 
         Returns:
-            A pytree whose leaves share a leading sample axis; ``loss`` receives a
-            minibatch of it as positional arguments.
+            A pytree whose leaves share a leading sample axis (the environments, for a
+            recurrent network's whole sequences); ``loss`` receives a minibatch of it as
+            positional arguments.
         """
         raise NotImplementedError
 
@@ -237,13 +336,19 @@ class ActorCriticRecipe(Recipe):
         raise NotImplementedError
 
     def gae_samples(self, params: PyTree, traj: Transition, last_obs: jax.Array,
-                    gae_lambda: jax.Array) -> tuple[jax.Array, ...]:
-        """The rollout as samples ``(obs, action, log_prob, value, advantage, target)``,
-        each environment's contiguous, with GAE advantages and value targets."""
-        last_value = self.network.apply(params, last_obs, method="value")
+                    gae_lambda: jax.Array) -> tuple[Any, ...]:
+        """The rollout as samples ``(recurrence, obs, action, log_prob, value, advantage,
+        target)`` with GAE advantages and value targets: one per step, each environment's
+        contiguous, and ``recurrence`` ``()`` (feed-forward); or one whole sequence ``[N, T,
+        ...]`` per environment from its ``Recurrence`` (recurrent)."""
+        done = traj.terminated[-1] | traj.truncated[-1]
+        last_value = self.value_after(params, jax.tree.map(lambda m: m[-1], traj.memory), traj.obs[-1], done, last_obs)
         advantages, targets = gae(traj.reward, traj.value, traj.terminated, traj.truncated, traj.final_value,
                                   last_value, self.gamma, gae_lambda)
-        return primitives.flatten_batch((traj.obs, traj.action, traj.log_prob, traj.value, advantages, targets), 1)
+        fields = (traj.obs, traj.action, traj.log_prob, traj.value, advantages, targets)
+        if self.recurrent:
+            return self.recurrence(traj), *jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), fields)
+        return (), *primitives.flatten_batch(fields, 1)
 
     def descend(self, params: PyTree, opt_state: PyTree, batch: PyTree,
                 keys: jax.Array) -> tuple[PyTree, PyTree, Metrics]:
@@ -255,20 +360,23 @@ class ActorCriticRecipe(Recipe):
                                                       self.num_minibatches)
         return params, opt_state, {**metrics, "learning_rate": learning_rate}
 
-    @fragment("actor", batched={"env_state": 0, "obs": 0, "traj": 1}, outputs=("traj", "env_state", "obs", "episodes"))
+    @fragment("actor", batched={"env_state": 0, "obs": 0, "memory": 0, "traj": 1},
+              outputs=("traj", "env_state", "obs", "memory", "episodes"))
     def rollout(
-        self, params: PyTree, env_state: PyTree, obs: jax.Array, key: jax.Array
-    ) -> tuple[Transition, PyTree, jax.Array, Metrics]:
-        """``num_steps`` steps of every environment with the current policy."""
-        net = self.network
+        self, params: PyTree, env_state: PyTree, obs: jax.Array, memory: PyTree, key: jax.Array
+    ) -> tuple[Transition, PyTree, jax.Array, PyTree, Metrics]:
+        """``num_steps`` steps of every environment with the current policy, its memory
+        carried from step to step (and forgotten where an episode ended)."""
 
-        def act(obs: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array, tuple[jax.Array, jax.Array]]:
-            dist, value = net.apply(params, obs)
+        def act(obs: jax.Array, memory: PyTree, key: jax.Array) -> tuple[Any, ...]:
+            after, dist, value = self.act_step(params, memory, obs)
             action = dist.sample(key)
-            return action, self.env_action(action), (dist.log_prob(action), value)
+            return action, self.env_action(action), (dist.log_prob(action), value, memory, after), after
 
-        steps, (log_prob, value), env_state, obs, episodes = collect(self.env, act, env_state, obs, key, self.num_steps)
-        final_value = jax.vmap(lambda o: net.apply(params, o, method="value"))(steps.next_obs)
+        steps, extras, env_state, obs, memory, episodes = collect_with_memory(self.env, act, env_state, obs, memory, key,
+                                                                              self.num_steps)
+        log_prob, value, acted_with, after = extras
+        final_value = jax.vmap(lambda m, o: self.value_of(params, m, o))(after, steps.next_obs)
         traj = Transition(steps.obs, steps.action, log_prob, value, steps.reward, steps.terminated, steps.truncated,
-                          final_value)
-        return traj, env_state, obs, episodes
+                          final_value, acted_with)
+        return traj, env_state, obs, memory, episodes

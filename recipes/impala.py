@@ -78,13 +78,18 @@ class IMPALA(ActorCriticRecipe):
         targets - entropy bonus, on environment-major trajectories ``[n, T, ...]`` and the
         observations ``[n, ...]`` that follow them."""
         n, steps = traj.reward.shape
-        # the network sees [n * T] samples, environments outermost, so samples stay with their environments
-        dist, values = self.network.apply(params, traj.obs.reshape(n * steps, *traj.obs.shape[2:]))
-        log_prob = dist.log_prob(traj.action.reshape(n * steps, *traj.action.shape[2:])).reshape(n, steps).T
+        time_major = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj)
+        # a recurrent network unrolls each environment's sequence [n, T]; a feed-forward one sees [n * T] samples,
+        # environments outermost, so samples stay with their environments
+        obs, action = (traj.obs, traj.action) if self.recurrent else (
+            x.reshape(n * steps, *x.shape[2:]) for x in (traj.obs, traj.action))
+        dist, values = self.policy_value(params, self.recurrence(time_major), obs)
+        log_prob = dist.log_prob(action).reshape(n, steps).T
         values = values.reshape(n, steps).T  # time-major [T, n] from here on
-        traj = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj)
-        last_value = self.network.apply(params, last_obs, method="value")
+        traj = time_major
         done = traj.terminated | traj.truncated
+        last_value = self.value_after(params, jax.tree.map(lambda m: m[-1], traj.memory), traj.obs[-1], done[-1],
+                                      last_obs)
         following = jnp.concatenate([values[1:], last_value[None]])
         # at an episode's end the next value is the final observation's, as the actor valued it
         next_values = jax.lax.stop_gradient(jnp.where(done, traj.final_value, following))

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_frag.envs.core import AgentObs
+from jaxrl_frag.envs.core import AgentObs, PyTree, forget
 
 
 class Categorical(NamedTuple):
@@ -33,6 +33,10 @@ class Categorical(NamedTuple):
         """The most likely action."""
         return self.logits.argmax(-1)
 
+    def reshaped(self, shape: tuple[int, ...]) -> Categorical:
+        """The distributions of samples ``[B]`` arranged as ``shape``."""
+        return Categorical(self.logits.reshape(*shape, -1))
+
 
 class Gaussian(NamedTuple):
     """A diagonal Gaussian over continuous actions."""
@@ -54,6 +58,10 @@ class Gaussian(NamedTuple):
     def mode(self) -> jax.Array:
         """The most likely action: the mean."""
         return self.mean
+
+    def reshaped(self, shape: tuple[int, ...]) -> Gaussian:
+        """The distributions of samples ``[B]`` arranged as ``shape``."""
+        return Gaussian(self.mean.reshape(*shape, -1), self.std)
 
 
 def patches(x: jax.Array, kernel: int = 3, stride: int = 1) -> jax.Array:
@@ -159,6 +167,58 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: jax.Array) -> jax.Array:
         return self.v(self.shared(obs) if self.torso == "atari" else obs)[:, 0]
+
+
+CELLS: dict[str, type[nn.RNNCellBase]] = {"gru": nn.GRUCell, "lstm": nn.OptimizedLSTMCell}
+
+
+class RecurrentActorCritic(nn.Module):
+    """Policy and value networks with a memory, on sequences of vector observations:
+    ``(memory, obs, first) -> (memory, action distribution, value)``.
+
+    Each observation goes through a dense layer of ``features`` units (the heads'
+    activation), then a recurrent ``cell`` (``CELLS``: ``gru`` or ``lstm``) of
+    ``features`` units whose output feeds ``heads`` (a policy MLP and a value MLP).
+    Inputs and outputs are environment-major: ``obs [N, T, ...]``, ``first [N, T]``
+    (the memory is forgotten, set to zeros, before a step where it holds: an episode
+    begins), ``memory`` the cell's state ``[N, ...]`` before the first step, and after
+    the last.
+    """
+
+    heads: ActorCritic
+    cell: str = "gru"
+    features: int = 64
+
+    def setup(self) -> None:
+        self.embed = _dense(self.features)
+        self.memory = CELLS[self.cell](self.features)
+
+    @nn.nowrap
+    def blank(self, batch: int) -> PyTree:
+        """The cell's state before any step, for ``batch`` environments: zeros."""
+        return CELLS[self.cell](self.features).initialize_carry(jax.random.PRNGKey(0), (batch, self.features))
+
+    def __call__(self, memory: PyTree, obs: jax.Array, first: jax.Array) -> tuple[
+            PyTree, Categorical | Gaussian, jax.Array]:
+        n, steps = first.shape
+        x = self._embed(obs.reshape(n * steps, *obs.shape[2:])).reshape(n, steps, -1)
+
+        def step(cell: nn.Module, memory: PyTree, inputs: tuple[jax.Array, jax.Array]) -> tuple[PyTree, jax.Array]:
+            x, first = inputs
+            return cell(forget(memory, first), x)
+
+        scan = nn.scan(step, variable_broadcast="params", split_rngs={"params": False}, in_axes=1, out_axes=1)
+        memory, y = scan(self.memory, memory, (x, first))
+        dist, value = self.heads(y.reshape(n * steps, -1))
+        return memory, dist.reshaped((n, steps)), value.reshape(n, steps)
+
+    def step(self, memory: PyTree, obs: jax.Array) -> tuple[PyTree, Categorical | Gaussian, jax.Array]:
+        """One step of ``N`` environments, observations ``[N, ...]``, from ``memory`` as it is."""
+        memory, y = self.memory(memory, self._embed(obs))
+        return memory, *self.heads(y)
+
+    def _embed(self, obs: jax.Array) -> jax.Array:
+        return ACTIVATIONS[self.heads.activation](self.embed(obs.reshape(obs.shape[0], -1)))
 
 
 def per_agent(net: Callable[[jax.Array], jax.Array], x: jax.Array, shared: bool) -> jax.Array:

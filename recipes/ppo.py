@@ -22,7 +22,7 @@ from jaxrl_frag.bounds import divisors
 from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
-from jaxrl_frag.recipes.actor_critic import ActorCriticRecipe, Transition
+from jaxrl_frag.recipes.actor_critic import ActorCriticRecipe, Recurrence, Transition
 
 PyTree = Any
 
@@ -77,13 +77,14 @@ class PPO(ActorCriticRecipe):
         """GAE, then ``num_epochs`` epochs of ``num_minibatches`` clipped-surrogate updates."""
         return self.descend(params, opt_state, self.samples(params, traj, last_obs), jax.random.split(key, self.num_epochs))
 
-    def samples(self, params: PyTree, traj: Transition, last_obs: jax.Array) -> tuple[jax.Array, ...]:
+    def samples(self, params: PyTree, traj: Transition, last_obs: jax.Array) -> tuple[Any, ...]:
         return self.gae_samples(params, traj, last_obs, self.gae_lambda)
 
-    def loss(self, params: PyTree, obs: jax.Array, action: jax.Array, old_log_prob: jax.Array,
-             old_value: jax.Array, advantage: jax.Array, target: jax.Array) -> tuple[jax.Array, Metrics]:
+    def loss(self, params: PyTree, recurrence: Recurrence | tuple[()], obs: jax.Array, action: jax.Array,
+             old_log_prob: jax.Array, old_value: jax.Array, advantage: jax.Array,
+             target: jax.Array) -> tuple[jax.Array, Metrics]:
         """Clipped surrogate + clipped value loss - entropy bonus, on one minibatch."""
-        dist, value = self.network.apply(params, obs)
+        dist, value = self.policy_value(params, recurrence, obs)
         log_ratio = dist.log_prob(action) - old_log_prob
         ratio = jnp.exp(log_ratio)
         advantage = primitives.standardize(advantage)

@@ -86,3 +86,16 @@ def test_ppo_keeps_the_brax_inverted_pendulum_up() -> None:
     history = jf.compile(algo).run(jax.random.PRNGKey(0))
     assert history.final["env_steps"] <= 300_000
     assert np.nanmean(history["episode_return"][-10:]) >= 900, history["episode_return"]
+
+
+@pytest.mark.learning
+def test_recurrent_ppo_balances_cartpole_without_its_velocities() -> None:
+    """CartPole observing the cart's position and the pole's angle only: a GRU policy
+    (16 envs x 32 steps, Adam 3e-3) over 1.5e5 steps. Seeds 0-2 measured 457, 500, 403
+    (the last tenth of the steps); feed-forward PPO at the same settings stays below 50,
+    and random play scores about 22 (benchmarks/RESULTS.md, "Recurrent policies")."""
+    algo = jf.recipes.PPO.create("CartPole-v1@obs=0,2", memory="gru", num_envs=16, num_steps=32, lr=3e-3,
+                                 total_steps=150_000)
+    history = jf.compile(algo, chunk_iterations=algo.num_iterations // 20).run(jax.random.PRNGKey(0))
+    assert history.final["env_steps"] <= 150_000
+    assert last_rows(history, 2) >= 300, history["episode_return"]

@@ -459,11 +459,12 @@ def calibrate(boosted: Boosted, repeats: int = 5, key: jax.Array | None = None) 
         recipe = boosted.rung(index, boosted.recipe.lr)
         start = boosted.take(state.pool, count)
         rollout = jax.jit(recipe.rollout)
-        traj, _, obs, _ = rollout(start.params, start.env_state, start.obs, start.key)
+        acting = (start.params, start.env_state, start.obs, start.memory, start.key)
+        traj, _, obs, _, _ = rollout(*acting)
         learn = jax.jit(recipe.learn)
         probe = jax.jit(functools.partial(boosted.probe, boosted.rung(0, boosted.recipe.lr)))  # as ``step`` probes
         sample = boosted.sample(index, recipe.samples(start.params, traj, obs), start.key)
-        seconds = [_seconds(rollout, (start.params, start.env_state, start.obs, start.key), repeats),
+        seconds = [_seconds(rollout, acting, repeats),
                    _seconds(learn, (start.params, start.opt_state, traj, obs, start.key), repeats),
                    _seconds(probe, (start.params, sample, start.key), repeats) if boosted.strategy in PROBING else 0.0]
         measured.append(seconds)

@@ -12,7 +12,9 @@ def list_envs(args: argparse.Namespace) -> int:
 
     print("\n".join(registry.available()))
     print("gymnasium:<id>   any Gymnasium environment, in worker processes\n"
-          "ale:<Game>       an Atari game (ale-py), standard preprocessing, in worker processes")
+          "ale:<Game>       an Atari game (ale-py), standard preprocessing, in worker processes\n"
+          "<id>@obs=I,J     a JAX environment observing only entries I, J, ... of its observation vector "
+          "(CartPole-v1@obs=0,2: no velocities)")
     for prefix, entry_point in registry.plugin_families().items():
         dist = getattr(entry_point, "dist", None)
         source = f"package {dist.name}" if dist is not None else "a plugin"

@@ -44,8 +44,13 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = _NEGATIVE_NUMBER
+        self.elsewhere: dict[str, str] = {}  # flags the command lacks -> where they are, said when one is given
 
     def error(self, message: str) -> typing.NoReturn:
+        unknown = message.removeprefix("unrecognized arguments: ").split()
+        flag = unknown[0].split("=")[0] if message.startswith("unrecognized arguments: ") and unknown else ""
+        if flag in self.elsewhere:
+            message += f" ({flag} is {self.elsewhere[flag]})"
         self.exit(USAGE_ERROR, f"jaxrl-frag: error: {message}\nrun '{self.prog} --help' for the settings\n")
 
 

@@ -92,4 +92,18 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
             recipe = recipes.get(name)
             sub = choices.add_parser(name, help=_summary(name, load=True))
             _add_recipe_command(sub, command, recipe)
+            parser.elsewhere = _elsewhere(name, recipe)
     return parser
+
+
+def _elsewhere(name: str, recipe: type) -> dict[str, str]:
+    """The flags of the built-in recipes' settings that ``recipe`` (named ``name``) lacks,
+    each with the recipes that take it."""
+    from jaxrl_frag import recipes
+
+    own = {flags.option_of(f) for f in flags.settings_of(recipe)}
+    takers: dict[str, list[str]] = {}
+    for other, cls in recipes.RECIPES.items():
+        for option in {flags.option_of(f) for f in flags.settings_of(cls)} - own:
+            takers.setdefault(option, []).append(other)
+    return {option: f"a setting of {', '.join(names)}, not of {name}" for option, names in takers.items()}

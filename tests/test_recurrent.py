@@ -1,0 +1,119 @@
+"""Recurrent policies (``memory`` gru or lstm) and the tasks that need them: the learner
+replays the memory the actor acted with, episodes forget it, a partially observed
+environment observes only what its id keeps, and MemoryChain is a task that no
+feed-forward policy can do better than chance at."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrl_frag as jf
+from jaxrl_frag import envs
+from jaxrl_frag.errors import ConfigError
+
+MASKED = "CartPole-v1@obs=0,2"  # CartPole without its velocities
+
+
+@pytest.mark.parametrize("recipe", ["PPO", "IMPALA"])
+@pytest.mark.parametrize("memory", ["gru", "lstm"])
+def test_the_learner_replays_the_memory_the_actor_acted_with(recipe: str, memory: str) -> None:
+    algo = getattr(jf.recipes, recipe).create(MASKED, memory=memory, num_envs=4, num_steps=64, total_steps=4 * 64 * 2,
+                                              num_minibatches=2)
+    state = jax.jit(algo.init)(jax.random.PRNGKey(1))
+    state, _ = jax.jit(algo.step)(state)  # the second rollout starts from a memory that is not zeros
+    traj, _, _, _, _ = jax.jit(algo.rollout)(state.params, state.env_state, state.obs, state.memory, state.key)
+    done = traj.terminated | traj.truncated
+    assert done[:-1].any(), "no episode ended within the rollout: nothing to forget"
+    recurrence = algo.recurrence(traj)
+    assert np.abs(jax.tree.leaves(recurrence.start)[0]).sum() > 0
+    obs = jnp.swapaxes(traj.obs, 0, 1)
+    dist, value = algo.policy_value(state.params, recurrence, obs)
+    np.testing.assert_allclose(dist.log_prob(traj.action.T), traj.log_prob.T, atol=1e-5)
+    np.testing.assert_allclose(value, traj.value.T, atol=1e-5)
+    # without forgetting where episodes began the replay would not be the actor's
+    _, unforgetting = algo.policy_value(state.params, recurrence._replace(first=jnp.zeros_like(recurrence.first)), obs)
+    assert np.abs(unforgetting - traj.value.T).max() > 1e-3
+
+
+def test_a_recurrent_memory_is_forgotten_where_an_episode_ended() -> None:
+    env = envs.make("CartPole-v1", num_envs=8)
+
+    def count(obs: jax.Array, memory: jax.Array, key: jax.Array) -> tuple[jax.Array, ...]:
+        action = jax.random.bernoulli(key, shape=obs.shape[:1]).astype(jnp.int32)
+        return action, action, memory, memory + 1  # the memory counts the steps it has seen
+
+    state, obs = env.reset(jax.random.PRNGKey(0))
+    steps, seen, _, _, memory, _ = env.recurrent_rollout(count, state, obs, jnp.zeros(8), jax.random.PRNGKey(1), 100)
+    done = np.asarray(steps.terminated | steps.truncated)
+    assert done.any()
+    # each step sees as many steps as its episode has had before it within the rollout
+    expected, since = np.zeros((100, 8)), np.zeros(8)
+    for t in range(100):
+        expected[t] = since
+        since = np.where(done[t], 0, since + 1)
+    np.testing.assert_array_equal(seen, expected)
+    np.testing.assert_array_equal(memory, since)
+
+
+def test_a_masked_environment_observes_only_the_entries_its_id_keeps() -> None:
+    full, masked = envs.make("CartPole-v1", num_envs=4), envs.make(MASKED, num_envs=4)
+    assert masked.name == MASKED and envs.make(masked.name, num_envs=4) == masked  # made again from its name
+    assert masked.observation_space.shape == (2,)
+    assert masked.observation_space.low == tuple(np.asarray(full.observation_space.low)[[0, 2]].tolist())
+    key = jax.random.PRNGKey(0)
+    (state, obs), (masked_state, masked_obs) = full.reset(key), masked.reset(key)
+    np.testing.assert_array_equal(masked_obs, obs[:, [0, 2]])
+    action = jnp.ones(4, jnp.int32)
+    (_, ts), (_, masked_ts) = full.step(key, state, action), masked.step(key, masked_state, action)
+    np.testing.assert_array_equal(masked_ts.obs, ts.obs[:, [0, 2]])
+    np.testing.assert_array_equal(masked_ts.final_obs, ts.final_obs[:, [0, 2]])
+
+
+def test_no_feed_forward_policy_beats_chance_at_memory_chain() -> None:
+    """At MemoryChain's rewarded step the observation is the same whichever context the
+    episode began with, and the same action is rewarded +1 under one context and -1
+    under the other: a policy of the observation alone scores 0 in expectation, one
+    that remembers the first observation scores 1."""
+    env = envs.make("MemoryChain-bsuite", num_envs=256)
+    state, obs = env.reset(jax.random.PRNGKey(0))
+    first = obs
+    acted_on, rewards = [], []
+    for t in range(6):  # memory length 5: the sixth action is rewarded, then the episode ends
+        acted_on.append(obs)
+        state, ts = env.step(jax.random.PRNGKey(t), state, jnp.ones(256, jnp.int32))
+        rewards.append(ts.reward)
+        obs = ts.obs
+    assert bool(ts.terminated.all()) and not np.any(rewards[:5])
+    context = np.asarray(first[:, 2]) > 0
+    assert 0 < context.sum() < 256
+    assert np.all(np.asarray(acted_on[5]) == np.asarray(acted_on[5][0]))  # one observation for every episode
+    np.testing.assert_array_equal(np.asarray(rewards[5]), np.where(context, 1.0, -1.0))  # action 1: right iff context
+
+
+def test_a_recurrent_policy_is_not_evaluated_without_its_memory() -> None:
+    algo = jf.recipes.PPO.create(MASKED, memory="gru", num_envs=4, num_steps=8, total_steps=32)
+    with pytest.raises(ConfigError, match="memory='gru'"):
+        algo.policy_fn(jax.jit(algo.init)(jax.random.PRNGKey(0)), greedy=True)
+
+
+@pytest.mark.slow  # three runs of the command line
+def test_a_recurrent_run_resumes_exactly_with_its_memory(tmp_path: Path) -> None:
+    from saved_state import read_state
+
+    from jaxrl_frag.cli import main
+
+    train = ["train", "ppo", "--env", MASKED, "--memory", "gru", "--num-envs", "4", "--num-steps", "16", "--no-anneal-lr",
+             "--chunk-iterations", "2", "--checkpoint-every", "2"]
+    assert main([*train, "--total-steps", "512", "--run-dir", str(tmp_path / "whole")]) == 0
+    assert main([*train, "--total-steps", "256", "--run-dir", str(tmp_path / "resumed")]) == 0
+    assert main(["resume", str(tmp_path / "resumed"), "--override", "total_steps=512"]) == 0
+    whole, resumed = (read_state(tmp_path / run / "checkpoints" / "8") for run in ("whole", "resumed"))
+    assert np.shape(whole["memory"]) == (4, 64) and np.abs(whole["memory"]).sum() > 0
+    assert jax.tree.structure(resumed) == jax.tree.structure(whole)
+    for a, b in zip(jax.tree.leaves(resumed), jax.tree.leaves(whole), strict=True):
+        np.testing.assert_array_equal(a, b)
