@@ -12,7 +12,6 @@ PQN, as they act when training ends).
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -23,11 +22,9 @@ import numpy as np
 from jaxrl_frag.bounds import check_count
 from jaxrl_frag.errors import ConfigError, check
 from jaxrl_frag.recipes.recipe import PolicyFn, Recipe
+from jaxrl_frag.transforms.evaluated import ENVS_MAX, EPISODES_MAX, STEPS_MAX, first, layout, play
 
 PyTree = Any
-EPISODES_MAX = 1_000_000  # one row of eval.csv each
-ENVS_MAX = 256  # environments stepped at once; more episodes run as several in a row in each
-STEPS_MAX = 1_000_000  # steps of each environment before an evaluation gives up on episodes that do not end
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,12 +111,16 @@ def restore(run_dir: str | Path, member: int | None = None) -> Trained:
 
 
 def _recipe_of(algo: Any, state: PyTree, member: int | None) -> tuple[Recipe, PyTree]:
-    """The recipe and its state inside a population's ``member`` and a boosted run."""
+    """The recipe and its state inside a population's ``member``, a run evaluated during
+    training and a boosted run."""
     from jaxrl_frag.transforms import Population
     from jaxrl_frag.transforms.boost import Boosted
+    from jaxrl_frag.transforms.evaluated import Evaluated
 
     if isinstance(algo, Population):
         algo, state = jax.tree.map(lambda x: x[member], (algo.members, state))
+    if isinstance(algo, Evaluated):
+        algo, state = algo.algorithm, algo.split(state)[0]
     if isinstance(algo, Boosted):
         algo, state = algo.recipe, state.pool
     return algo, state
@@ -156,41 +157,18 @@ def evaluate(trained: Trained, episodes: int, greedy: bool = True, seed: int = 0
     from jaxrl_frag import envs
 
     check_episodes(episodes)
-    num_envs = min(episodes, ENVS_MAX)
-    each = math.ceil(episodes / num_envs)
+    num_envs, each = layout(episodes, ENVS_MAX)
     env = envs.make(trained.recipe.env.name, num_envs=num_envs)
     act = trained.act(greedy)
-    rows = jnp.arange(num_envs)
 
-    def play(key: jax.Array) -> tuple[jax.Array, ...]:
-        key, k_reset = jax.random.split(key)
-        env_state, obs = env.reset(k_reset)
-        zeros = jnp.zeros((num_envs, each), jnp.float32)
-        carry = (env_state, obs, key, jnp.zeros(num_envs, jnp.int32), zeros, zeros.astype(jnp.int32), jnp.int32(0))
+    def kept(key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        return first(play(env, act, key, each, STEPS_MAX), episodes)
 
-        def unfinished(carry: tuple[Any, ...]) -> jax.Array:
-            ended, steps = carry[3], carry[6]
-            return (ended < each).any() & (steps < STEPS_MAX)
-
-        def one_step(carry: tuple[Any, ...]) -> tuple[Any, ...]:
-            env_state, obs, key, ended, returns, lengths, steps = carry
-            key, k_act, k_env = jax.random.split(key, 3)
-            env_state, ts = env.step(k_env, env_state, act(obs, k_act))
-            counted = ts.info.get("episode_done", ts.done) & (ended < each)
-            at = jnp.minimum(ended, each - 1)
-            returns = returns.at[rows, at].set(jnp.where(counted, ts.info["episode_return"], returns[rows, at]))
-            lengths = lengths.at[rows, at].set(jnp.where(counted, ts.info["episode_length"], lengths[rows, at]))
-            return env_state, ts.obs, key, ended + counted, returns, lengths, steps + 1
-
-        _, _, _, ended, returns, lengths, _ = jax.lax.while_loop(unfinished, one_step, carry)
-        return ended, returns, lengths
-
-    ended, returns, lengths = jax.device_get(jax.jit(play)(jax.random.PRNGKey(seed)))
-    check(bool((ended >= each).all()), "episodes", episodes,
+    returns, lengths, complete = jax.device_get(jax.jit(kept)(jax.random.PRNGKey(seed)))
+    check(bool(complete.all()), "episodes", episodes,
           f"not every episode of {env.name} ended within {STEPS_MAX:,} steps of each environment (does it have a time "
           "limit?); ask for fewer episodes")
-    # by episode index, then environment: every environment's first episode, then every one's second, ...
-    return Episodes(returns.T.reshape(-1)[:episodes], lengths.T.reshape(-1)[:episodes])
+    return Episodes(returns, lengths)
 
 
 def record_episode(trained: Trained, greedy: bool, seed: int, limit: int) -> tuple[PyTree, np.ndarray]:

@@ -14,6 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 
 Metrics = dict[str, jax.Array]
+# "<prefix>_<name>_sum" over "<prefix>_count" becomes the mean "<prefix>_<name>": training's episodes, evaluations'
+MEANS = ("episode", "eval")
 
 
 def is_summed(name: str) -> bool:
@@ -78,7 +80,8 @@ def reduce(total: Metrics, iterations: jax.Array) -> Metrics:
 
 def finalize(row: dict[str, np.ndarray]) -> dict[str, float | np.ndarray]:
     """Host side: the per-episode means (``episode_return``, ``episode_length`` and any
-    other ``episode_*``) from their sums (NaN without episodes). Scalars become floats;
+    other ``episode_*``; ``eval_return`` and ``eval_length`` of evaluations) from their
+    sums and counts (NaN without episodes). Scalars become floats;
     a population's per-member values stay arrays.
 
     Args:
@@ -89,9 +92,11 @@ def finalize(row: dict[str, np.ndarray]) -> dict[str, float | np.ndarray]:
         ``episode_count`` first, then the other metrics by name.
     """
     out = {k: np.asarray(v, np.float64) for k, v in row.items()}
-    count = out.get("episode_count")
-    if count is not None:
-        for name in [k for k in out if k.startswith("episode_") and k.endswith("_sum")]:
+    for prefix in MEANS:
+        count = out.get(f"{prefix}_count")
+        if count is None:
+            continue
+        for name in [k for k in out if k.startswith(f"{prefix}_") and k.endswith("_sum")]:
             out[name.removesuffix("_sum")] = np.where(count > 0, out.pop(name) / np.maximum(count, 1), np.nan)
     first = [k for k in ("episode_return", "episode_length", "episode_count") if k in out]
     return {k: float(out[k]) if out[k].ndim == 0 else out[k] for k in first + sorted(set(out) - set(first))}

@@ -16,7 +16,8 @@ _DRAWN = ("episode_return", "episode_length", "episode_count")
 
 
 def learning_curve(metrics: Mapping[str, Sequence[float]], title: str) -> Figure:
-    """Mean episode return against environment steps, with the environment's further
+    """Mean episode return against environment steps (and the greedy evaluations' mean
+    return, where the run evaluates during training), with the environment's further
     episode statistics (a win rate, say) and the losses beside it (each panel only if
     the run reports its metrics; per-agent returns are left to ``metrics.csv``)."""
     statistics = tuple(k for k in metrics if k.startswith("episode_") and k not in _DRAWN
@@ -28,7 +29,12 @@ def learning_curve(metrics: Mapping[str, Sequence[float]], title: str) -> Figure
     axes = fig.subplots(1, 1 + len(panels), squeeze=False)
     steps = metrics["env_steps"]
     ax = axes[0, 0]
-    ax.plot(steps, metrics["episode_return"], color="tab:blue", lw=1.8)
+    ax.plot(steps, metrics["episode_return"], color="tab:blue", lw=1.8, label="training")
+    if "eval_return" in metrics:  # drawn at the rows whose chunk held an evaluation
+        evaluated = np.isfinite(np.asarray(metrics["eval_return"], np.float64))
+        ax.plot(np.asarray(steps)[evaluated], np.asarray(metrics["eval_return"])[evaluated], "o-", color="tab:orange",
+                lw=1.2, ms=3, label="greedy evaluation")
+        ax.legend()
     ax.set(xlabel="environment steps", ylabel="mean episode return", title=title)
     for ax, (name, keys) in zip(axes[0, 1:], panels, strict=True):
         for key in keys:

@@ -290,6 +290,16 @@ CASES = [
     (["evaluate", "{existing}", "--video", "{file}.gif"], ["video=", "exists and is not a GIF"]),
     (["evaluate", "{existing}", "--video", "missing/episode.gif"], ["video=", "is not a directory"]),
     (["evaluate", "{foreign_eval}"], ["run_dir=", "eval.csv that no evaluation wrote", "move it elsewhere"]),
+    # evaluation during training: counts, and the runs it cannot act in
+    ([*TRAIN, "--eval-every", "0"], ["eval_every=0", "positive"]),
+    ([*TRAIN, "--eval-every", "1e10"], ["eval_every=", f"at most {INT32_MAX}"]),
+    ([*TRAIN, "--eval-every", "5", "--eval-episodes", "-1"], ["eval_episodes=-1", "positive"]),
+    ([*TRAIN, "--eval-every", "5", "--eval-episodes", "2e6"], ["eval_episodes=", "at most 1,000,000"]),
+    ([*TRAIN, "--eval-episodes", "5"], ["eval_episodes=5", "give --eval-every too"]),
+    (["train", "ppo", "--env", "gymnasium:CartPole-v1", "--eval-every", "5"],
+     ["eval_every=5", "host environment", "jaxrl-frag evaluate"]),
+    (["train", "ippo", "--env", SPREAD, "--eval-every", "5"], ["eval_every=5", "single-agent recipes"]),
+    ([*NITRO, "--eval-every", "5"], ["eval_every=5", "no policy_fn", "boosted"]),
 ]
 
 

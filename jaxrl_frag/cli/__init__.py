@@ -3,6 +3,7 @@
     jaxrl-frag train ppo --env CartPole-v1 [--total-steps N] [--num-envs N] [--seed S] [--run-dir DIR]
     jaxrl-frag train ppo --env CartPole-v1 --boost nitro [--boost-ladder 8,16,32,64] [--budget-steps N]
     jaxrl-frag train ppo --env gymnasium:CartPole-v1 [--env-workers N] [--env-groups G] [--no-env-ring]
+    jaxrl-frag train ppo --env CartPole-v1 --eval-every K [--eval-episodes N]
     jaxrl-frag resume RUN_DIR [--override total_steps=N] [--restart]
     jaxrl-frag evaluate RUN_DIR [--episodes N] [--greedy | --sample] [--seed S] [--member I] [--video out.gif]
     jaxrl-frag explain ppo --env CartPole-v1 [--policy actor-learner --transfer-dtype bfloat16]

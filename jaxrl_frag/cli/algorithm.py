@@ -16,6 +16,7 @@ from jaxrl_frag.cli import flags
 from jaxrl_frag.errors import check
 
 Members = list[tuple[dict[str, float], int]]  # a population's members: setting and seed, in member order
+EVAL_EPISODES = 10  # episodes per evaluation of --eval-every, by default
 
 
 @functools.cache
@@ -85,12 +86,14 @@ def make_algorithm(args: argparse.Namespace) -> tuple[Any, Members | None]:
     from jaxrl_frag import costs, sweeps
     from jaxrl_frag.transforms import Population
     from jaxrl_frag.transforms.boost import Boosted
+    from jaxrl_frag.transforms.evaluated import Evaluated
 
     if args.chunk_iterations is not None:
         check_count("chunk_iterations", args.chunk_iterations)
     check_count("seed", args.seed, SEED_MAX, "seeds are uint32", low=0)
     check_count("seeds", args.seeds, SEED_MAX - args.seed + 1, f"the seeds from --seed {args.seed} on are uint32")
     overrides = recipe_overrides(args, args.recipe_cls)
+    evaluating = _check_evaluation(args)
     boosting = getattr(args, "boost", "off") != "off"
     settings = boost_settings(args) if boosting else {}
     ladder = settings.get("ladder", Boosted.defaults()["ladder"])
@@ -125,11 +128,24 @@ def make_algorithm(args: argparse.Namespace) -> tuple[Any, Members | None]:
         members = sweeps.members(setting_list, args.seeds, args.seed)
         algorithms = [build(**{**overrides, **setting}) for setting, _ in members]
     costs.check_state_fits(algorithms[0], len(algorithms), memory_fix(args, program=False))
+    if evaluating:  # the first member validated and traced once, the others in its place
+        episodes = EVAL_EPISODES if args.eval_episodes is None else args.eval_episodes
+        evaluated = Evaluated.create(algorithms[0], args.eval_every, episodes)
+        algorithms = [evaluated.replace(algorithm=a) for a in algorithms]
     if calibrating:
         algorithms = _calibrated(args, algorithms)
     if members is None:
         return algorithms[0], None
     return Population.of(algorithms, [seed for _, seed in members]), members
+
+
+def _check_evaluation(args: argparse.Namespace) -> bool:
+    """Whether the run evaluates during training (``--eval-every``); ``ConfigError`` for
+    ``--eval-episodes`` without it."""
+    every, episodes = getattr(args, "eval_every", None), getattr(args, "eval_episodes", None)
+    check(every is not None or episodes is None, "eval_episodes", episodes,
+          "sets the episodes of each evaluation during training: give --eval-every too, or drop it")
+    return every is not None
 
 
 def memory_fix(args: argparse.Namespace, program: bool) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from jaxrl_frag.cli import flags, policies
-from jaxrl_frag.cli.algorithm import Members, boost_kinds, boost_settings, make_algorithm, memory_fix, recipe_flags
+from jaxrl_frag.cli.algorithm import EVAL_EPISODES, Members, boost_kinds, boost_settings, make_algorithm, memory_fix, recipe_flags
 from jaxrl_frag.cli.runtime import enable_compilation_cache
 from jaxrl_frag.cli.signals import Interrupt, StopOnSignal
 from jaxrl_frag.cli.status import ENV_WORKER_FAILED, NON_FINITE, WRITE_FAILED
@@ -30,7 +30,8 @@ RUNTIME_KEYS = ("jax", "backend", "processes", "device_count", "settings")
 # how train's own settings read, by name (the policies', the recipe's and boosting's come from their dataclasses)
 _OWN_KINDS = {"recipe": flags.STR, "env": flags.STR, "seed": flags.INT, "seeds": flags.INT, "sweep": flags.TEXTS,
               "samples": flags.optional(flags.INT, None), "chunk_iterations": flags.optional(flags.INT, None),
-              "checkpoint_every": flags.optional(flags.INT, None), "keep_checkpoints": flags.INT}
+              "checkpoint_every": flags.optional(flags.INT, None), "keep_checkpoints": flags.INT,
+              "eval_every": flags.optional(flags.INT, None), "eval_episodes": flags.optional(flags.INT, None)}
 
 
 def setting_kinds(recipe: type) -> dict[str, flags.Kind]:
@@ -43,7 +44,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     kinds = setting_kinds(args.recipe_cls)
     own = {k: getattr(args, k) for k in ("recipe", "env", "seed", "seeds", "sweep", "samples")}
     run = {k: getattr(args, k) for k in ("chunk_iterations", "checkpoint_every", "keep_checkpoints", "boost",
-                                         "boost_calibrate")}
+                                         "boost_calibrate", "eval_every", "eval_episodes")}
     boost = {f"boost_{k}": v for k, v in boost_settings(args).items() if k != "strategy"}
     recipe = {flag.dest: flags.given(getattr(args, flag.dest)) for flag in recipe_flags(args.recipe_cls)
               if getattr(args, flag.dest, None) is not None}
@@ -77,6 +78,12 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                         help="save the whole training state every this many iterations, a multiple of "
                              "--chunk-iterations (default: every 10 rows of metrics); also saved at the end")
     parser.add_argument("--keep-checkpoints", type=flags.parse_int, default=3, help="checkpoints kept (default 3)")
+    parser.add_argument("--eval-every", type=flags.parse_int, default=None, metavar="ITERATIONS",
+                        help="every this many iterations, also play greedy episodes of the current policy on fresh "
+                             "environments, inside the compiled program: eval_return and eval_length columns "
+                             "(default: no evaluation)")
+    parser.add_argument("--eval-episodes", type=flags.parse_int, default=None, metavar="N",
+                        help=f"episodes per evaluation of --eval-every (default {EVAL_EPISODES})")
 
 
 def train(args: argparse.Namespace) -> int:
