@@ -154,6 +154,7 @@ class Evaluated(Algorithm):
               f"{type(algorithm).__name__} acts for agents on an axis; evaluation during training takes single-agent "
               "recipes so far: drop --eval-every")
         state = jax.eval_shape(algorithm.init, jax.ShapeDtypeStruct((2,), jnp.uint32))
+        algorithm.policy_fn(state, True)  # its own ConfigError, before anything is traced, where it cannot act
         check((dataclasses.is_dataclass(state) or isinstance(state, Mapping)) and EVALUATION not in _fields(state),
               "eval_every", every, f"{type(algorithm).__name__}'s state must be a dataclass or a dict without a field "
               f"{EVALUATION!r} to be evaluated during training")
