@@ -40,9 +40,9 @@ CACHE_BYTES = 2 * 2**30
 # marked here rather than in the module (see the markers in pyproject.toml): modules of real processes throughout,
 # and every test that reads the 5e5-step yardstick run
 SLOW_MODULES = ("test_multiprocess.py", "test_packaging.py")
-# under pytest-xdist (make test) whole modules go to the two workers in this order, the costliest first so that no
-# worker is left with a long one at the end: the Atari test alone is a sixth of the suite's work, the recipe x policy
-# matrix (54 programs) a quarter of the quick tests'
+# under pytest-xdist modules go to the two workers in this order, the costliest first so that no worker is left with
+# a long one at the end: the Atari test is the longest of make test-long, the recipe x policy matrix (60 programs)
+# the largest module of make test
 FIRST_MODULES = ("test_host_envs.py", "test_matrix.py")
 
 
