@@ -98,4 +98,4 @@ def test_recurrent_ppo_balances_cartpole_without_its_velocities() -> None:
                                  total_steps=150_000)
     history = jf.compile(algo, chunk_iterations=algo.num_iterations // 20).run(jax.random.PRNGKey(0))
     assert history.final["env_steps"] <= 150_000
-    assert last_rows(history, 2) >= 300, history["episode_return"]
+    assert last_rows(history["episode_return"], 2) >= 300, history["episode_return"]

@@ -103,7 +103,7 @@ def test_the_mappo_critic_reads_the_global_state_and_actions_outside_the_mask_ar
     width = mappo.hidden[0]
     assert first_layer(params, "v").shape == (state_dim + agents, width)
     assert first_layer(params, "pi").shape == (mappo.env.observation_space.shape[1] + agents, width)
-    traj, *_ = jax.jit(mappo.rollout)(params, state.env_state, state.obs, jax.random.PRNGKey(1))
+    traj, *_ = jax.jit(mappo.rollout)(params, state.env_state, state.obs, state.memory, jax.random.PRNGKey(1))
     mask = np.asarray(traj.obs.action_mask)
     action = np.asarray(traj.action)
     assert action.shape == (TINY["num_steps"], TINY["num_envs"], agents)
