@@ -48,12 +48,12 @@ def _timed_rollouts(algo: PPO, key: jax.Array, rounds: int) -> float:
     """Seconds of ``rounds`` calls of the actor fragment (compiled once, warmed up once)."""
     act = jax.jit(algo.rollout)
     state = jax.jit(algo.init)(key)
-    out = act(state.params, state.env_state, state.obs, state.key)
+    out = act(state.params, state.env_state, state.obs, state.memory, state.key)
     jax.block_until_ready(out)
     start = time.perf_counter()
     obs = out[2]
     for i in range(rounds):
-        out = act(state.params, state.env_state, obs, jax.random.fold_in(state.key, i))
+        out = act(state.params, state.env_state, obs, state.memory, jax.random.fold_in(state.key, i))
         obs = out[2]
     jax.block_until_ready(out)
     return time.perf_counter() - start

@@ -26,7 +26,7 @@ def test_ppo_graph_has_actor_and_learner_and_the_trajectory_between_them(cartpol
     (traj,) = [e for e in graph.edges_between("actor", "learner") if e.dst_port == "traj"]
     algo = cartpole_program.algorithm
     state = jax.eval_shape(algo.init, jax.random.PRNGKey(0))
-    expected, *_ = jax.eval_shape(algo.rollout, state.params, state.env_state, state.obs, state.key)
+    expected, *_ = jax.eval_shape(algo.rollout, state.params, state.env_state, state.obs, state.memory, state.key)
     assert traj.nbytes == nbytes(expected) == 128 * 4 * (4 * 4 + 4 + 4 * 4 + 2 * 1)
     assert traj.batch_axis == 1
     params_in = [e for e in graph.edges if e.dst == "learner.learn" and e.dst_port == "params"]
