@@ -4,7 +4,7 @@
 #             programs; see tests/conftest.py)
 # make test-long: the longest learning runs (marked long: Atari, Gymnasium, SMAX, Brax; about 10 minutes);
 #             CI (.ci/run) runs make test, then this
-# make test-fast: the unit and equivalence tests only, no learning thresholds and no real processes (about 2-3
+# make test-fast: the unit and equivalence tests only, no learning thresholds and no real processes (about 4
 #             minutes once the compilation cache holds their programs; see tests/conftest.py)
 # make docs:  set up .venv if needed, then build the API reference into site/ (open site/index.html)
 VENV ?= .venv
