@@ -14,8 +14,6 @@ import jax.numpy as jnp
 import numpy as np
 
 Metrics = dict[str, jax.Array]
-# "<prefix>_<name>_sum" over "<prefix>_count" becomes the mean "<prefix>_<name>": training's episodes, evaluations'
-MEANS = ("episode", "eval")
 
 
 def is_summed(name: str) -> bool:
@@ -79,9 +77,9 @@ def reduce(total: Metrics, iterations: jax.Array) -> Metrics:
 
 
 def finalize(row: dict[str, np.ndarray]) -> dict[str, float | np.ndarray]:
-    """Host side: the per-episode means (``episode_return``, ``episode_length`` and any
-    other ``episode_*``; ``eval_return`` and ``eval_length`` of evaluations) from their
-    sums and counts (NaN without episodes). Scalars become floats;
+    """Host side: the means ``<prefix>_<name>`` (``episode_return``, ``episode_length``,
+    ``eval_return``, ...) from the sums ``<prefix>_<name>_sum`` over ``<prefix>_count``
+    (NaN where the count is 0). Scalars become floats;
     a population's per-member values stay arrays.
 
     Args:
@@ -92,10 +90,9 @@ def finalize(row: dict[str, np.ndarray]) -> dict[str, float | np.ndarray]:
         ``episode_count`` first, then the other metrics by name.
     """
     out = {k: np.asarray(v, np.float64) for k, v in row.items()}
-    for prefix in MEANS:
-        count = out.get(f"{prefix}_count")
-        if count is None:
-            continue
+    # "<prefix>_<name>_sum" beside "<prefix>_count" becomes the mean "<prefix>_<name>" (episodes, evaluations, ...)
+    for prefix in [k.removesuffix("_count") for k in row if k.endswith("_count")]:
+        count = out[f"{prefix}_count"]
         for name in [k for k in out if k.startswith(f"{prefix}_") and k.endswith("_sum")]:
             out[name.removesuffix("_sum")] = np.where(count > 0, out.pop(name) / np.maximum(count, 1), np.nan)
     first = [k for k in ("episode_return", "episode_length", "episode_count") if k in out]
