@@ -2,9 +2,9 @@
 # make test:  set up .venv if needed, then lint, build the API reference (strict) and run the test suite but for
 #             the longest learning runs (under 12 minutes on 2 CPU cores once the compilation cache holds the suite's
 #             programs; see tests/conftest.py)
-# make test-long: the longest learning runs (marked long: Atari, Gymnasium, SMAX, Brax; about 10 minutes);
-#             CI (.ci/run) runs make test, then this
-# make test-fast: the unit and equivalence tests only, no learning thresholds and no real processes (about 4
+# make test-long: the longest runs (marked long: Atari, Gymnasium, SMAX, Brax, the multi-process actor-learner and
+#             host-environment runs); CI (.ci/run) runs make test, then this
+# make test-fast: the unit and equivalence tests only, no learning thresholds and no real processes (under 3
 #             minutes once the compilation cache holds their programs; see tests/conftest.py)
 # make docs:  set up .venv if needed, then build the API reference into site/ (open site/index.html)
 VENV ?= .venv

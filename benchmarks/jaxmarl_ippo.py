@@ -25,11 +25,10 @@ ours, the agents' mean).
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
-import subprocess
 import sys
 import textwrap
+
+from peers import alternate_rounds, run_python
 
 OURS = textwrap.dedent("""
     import json, time, jax
@@ -61,13 +60,6 @@ THEIRS = textwrap.dedent("""
 """)
 
 
-def _run(python: str, code: str) -> dict[str, float]:
-    done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
-    if done.returncode:
-        raise SystemExit(f"{python} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jaxmarl-python", required=True, help="a Python with jaxmarl[algs] installed")
@@ -79,17 +71,8 @@ def main() -> None:
     steps = int(args.steps)
     ours_code = OURS.format(steps=steps, seed=args.seed)
     theirs_code = THEIRS.format(folder=args.jaxmarl_ippo, steps=steps, seed=args.seed)
-    rounds = []
-    for r in range(args.rounds):
-        ours, theirs = _run(sys.executable, ours_code), _run(args.jaxmarl_python, theirs_code)
-        rounds.append((ours, theirs))
-        print(f"round {r}: framework compile {ours['compile_s']:.1f} s train {ours['train_s']:.1f} s "
-              f"return {ours['final_return']:.2f} | JaxMARL compile {theirs['compile_s']:.1f} s train "
-              f"{theirs['train_s']:.1f} s return {theirs['final_return']:.2f}", flush=True)
-    for what in ("train_s", "compile_s"):
-        ratios = [o[what] / t[what] for o, t in rounds]
-        print(f"{what.removesuffix('_s')} ratio framework / JaxMARL: median {statistics.median(ratios):.3f} "
-              f"(rounds {', '.join(f'{x:.3f}' for x in ratios)})")
+    rounds = alternate_rounds(lambda: run_python(sys.executable, ours_code),
+                              lambda: run_python(args.jaxmarl_python, theirs_code), args.rounds, "JaxMARL")
     print(f"steps: framework {rounds[0][0]['steps']:,}, JaxMARL {rounds[0][1]['steps']:,}")
 
 

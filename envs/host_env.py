@@ -27,7 +27,8 @@ import dataclasses
 import functools
 import logging
 import os
-from typing import Any
+import sys
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
@@ -37,7 +38,7 @@ from jaxrl_frag import primitives
 from jaxrl_frag.bounds import divisors
 from jaxrl_frag.envs.core import Act, Box, Capabilities, Discrete, Ended, Env, PyTree, Space, Steps, TimeStep
 from jaxrl_frag.envs.host_pool import FAMILIES, EnvWorkerError, HostEnvPool, HostStep, environments
-from jaxrl_frag.errors import ConfigError, check
+from jaxrl_frag.errors import ENV_WORKER_FAILED, ConfigError, check
 
 PREFIXES = tuple(f"{family}:" for family in FAMILIES)
 _LIVE: set[HostEnv] = set()  # environments whose pools are up, closed at exit
@@ -77,7 +78,9 @@ def _space(space: Any, env_id: str) -> Space:
 class HostEnv(Env):
     """``num_envs`` environments ``name`` in ``workers`` processes, in ``groups`` groups,
     stepped as a ring (or, with ``ring=False``, in strict alternation). Make one with
-    ``make``; its pool starts at the first reset."""
+    ``make``; its pool starts at the first reset. In a run of several processes each
+    process's pool holds that process's share of the environments, with ``workers``
+    and ``groups`` of its own (``primitives.on_host``)."""
 
     name: str
     num_envs: int
@@ -93,15 +96,18 @@ class HostEnv(Env):
         """Checks the settings and reads the spaces (one environment made in this process);
         ``workers=0`` takes as many as the CPUs allow (a multiple of ``groups`` that
         divides ``num_envs``)."""
-        check(jax.process_count() == 1, "env", name,
-              "host environments run within one process for now; across hosts use JAX environments")
-        check(isinstance(groups, int) and groups > 0 and num_envs % groups == 0, "env_groups", groups,
-              lambda: f"must divide num_envs = {num_envs}; choose one of {divisors(num_envs, 8)}")
+        processes = jax.process_count()
+        check(num_envs % processes == 0, "num_envs", num_envs,
+              f"must divide among the {processes} processes (each steps an equal share): use a multiple of {processes}")
+        own = num_envs // processes  # each process's pool holds its own rows of the batch
+        share = f"each process's {own} of num_envs = {num_envs}" if processes > 1 else f"num_envs = {num_envs}"
+        check(isinstance(groups, int) and groups > 0 and own % groups == 0, "env_groups", groups,
+              lambda: f"must divide {share}; choose one of {divisors(own, 8)}")
         if workers == 0:
-            most = max(groups, os.cpu_count() or 1)
-            workers = max(w for w in range(groups, min(num_envs, most) + 1, groups) if num_envs % w == 0)
-        check(isinstance(workers, int) and workers > 0 and workers % groups == 0 and num_envs % workers == 0,
-              "env_workers", workers, f"must be a multiple of env_groups = {groups} that divides num_envs = {num_envs}, "
+            most = max(groups, (os.cpu_count() or 1) // processes)
+            workers = max(w for w in range(groups, min(own, most) + 1, groups) if own % w == 0)
+        check(isinstance(workers, int) and workers > 0 and workers % groups == 0 and own % workers == 0,
+              "env_workers", workers, f"must be a multiple of env_groups = {groups} that divides {share}, "
                                       "or 0 (as many as the CPUs allow)")
         probe = environments(name, 1, kwargs)
         spaces = (_space(probe.observation_space, name), _space(probe.action_space, name))
@@ -238,7 +244,9 @@ class HostEnv(Env):
         """The worker pool, started if it is not up."""
         live = getattr(self, "_pool", None)
         if live is None or not live.alive:
-            live = HostEnvPool(self.name, self.num_envs, self.workers, self.groups, **dict(self.kwargs))
+            own = self.num_envs // jax.process_count()
+            live = HostEnvPool(self.name, own, self.workers, self.groups, first_id=jax.process_index() * own,
+                               **dict(self.kwargs))
             object.__setattr__(self, "_pool", live)
             _LIVE.add(self)
         return live
@@ -254,8 +262,10 @@ class HostEnv(Env):
         try:
             return request(self.pool())
         except EnvWorkerError as error:
-            object.__setattr__(self, "_failure", error)
             _LIVE.discard(self)
+            if jax.process_count() > 1:
+                _exit_every_process(error)
+            object.__setattr__(self, "_failure", error)
             raise
 
     def _converted(self, step: HostStep) -> HostStep:
@@ -280,6 +290,18 @@ class HostEnv(Env):
     def _host_exchange(self, send: int, receive: int, actions: np.ndarray, token: np.ndarray) -> tuple[HostStep, np.ndarray]:
         self._host_send(send, actions, token)
         return self._host_receive(receive, token)
+
+
+def _exit_every_process(error: EnvWorkerError) -> NoReturn:
+    """A worker failed in a run of several processes: the others wait for this one inside
+    the program's collectives, so no process can end its program cleanly. This one names
+    the worker and exits with status 4 at once (``ENV_WORKER_FAILED``), as if killed: the
+    checkpoints already written are kept, and ``launch/local.sh`` (or, elsewhere, jax's
+    heartbeat) stops the others."""
+    print(f"jaxrl-frag: error: process {jax.process_index()}: {error}; the run stopped in every process: resume it "
+          "from its last checkpoint with jaxrl-frag resume RUN_DIR (the environments start afresh)",
+          file=sys.stderr, flush=True)
+    os._exit(ENV_WORKER_FAILED)
 
 
 def _cat(first: Any, rest: Any) -> Any:

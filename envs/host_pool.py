@@ -101,17 +101,18 @@ def environments(env_id: str, count: int, kwargs: dict[str, Any]) -> GymnasiumEn
 class HostEnvPool:
     """``num_envs`` environments ``env_id`` (made with ``kwargs``) in ``num_workers``
     processes, split into ``groups`` groups. A worker gets ``timeout`` seconds to answer
-    a request."""
+    a request. ``first_id``: the batch index of environment 0 where the pool holds one
+    process's share of a larger batch (the messages name environments by it)."""
 
     def __init__(self, env_id: str, num_envs: int, num_workers: int = 2, groups: int = 1, timeout: float = 60.0,
-                 **kwargs: Any):
+                 first_id: int = 0, **kwargs: Any):
         check(groups > 0 and num_envs % groups == 0, "groups", groups,
               f"must divide num_envs = {num_envs} (each group steps an equal share)")
         check(num_workers > 0 and num_workers % groups == 0 and num_envs % num_workers == 0, "num_workers",
               num_workers, f"must be a multiple of groups = {groups} that divides num_envs = {num_envs} "
               "(each worker steps an equal share of one group)")
         target = worker_id(env_id)  # refuses a bad id before any process starts
-        self.env_id, self.num_envs, self.groups, self.timeout = env_id, num_envs, groups, timeout
+        self.env_id, self.num_envs, self.groups, self.timeout, self.first_id = env_id, num_envs, groups, timeout, first_id
         self.per_worker = num_envs // num_workers
         self.workers_per_group = num_workers // groups
         self._conns: list[Connection] = []
@@ -210,7 +211,7 @@ class HostEnvPool:
         return range(group * self.workers_per_group, (group + 1) * self.workers_per_group)
 
     def _describe(self, worker: int) -> str:
-        ids = self.held(worker)
+        ids = self.held(worker) + self.first_id
         listed = ", ".join(map(str, ids)) if len(ids) <= 8 else f"{', '.join(map(str, ids[:4]))}, ..., {ids[-1]}"
         return f"environment{'s' if len(ids) > 1 else ''} {listed} of {self.env_id}"
 

@@ -142,6 +142,10 @@ class SpmdExecutor:
         call = tracing.under(rule, functools.partial(run_iterations, max_rows=max_rows, check_finite=check_finite))
         self._init = jax.jit(tracing.under(rule, tracing.init), in_shardings=(rep, rep),
                              out_shardings=state).lower(algorithm, key).compile()
+        # across processes traced under the rule, so that what it restarts (host environments' resets) runs in every
+        # process on its own rows; within one, run as it is (no compilation)
+        self._resumed = (jax.jit(tracing.under(rule, tracing.resumed), in_shardings=(rep, state), out_shardings=state)
+                         if jax.process_count() > 1 else tracing.resumed)
         self._call = jax.jit(call, in_shardings=(rep, state, rep, rep, rep, rep),
                              out_shardings=(state, rep, rep, rep, rep, rep), donate_argnums=(1,)).lower(
             algorithm, self.state_shape, Chunk.empty(algorithm, self.state_shape), count, count, count).compile()
@@ -165,7 +169,7 @@ class SpmdExecutor:
 
     def resumed(self, state: PyTree) -> PyTree:
         """``Algorithm.resumed`` of a restored state, placed."""
-        return jax.device_put(self.algorithm.resumed(state), self.state_sharding)
+        return jax.device_put(self._resumed(self.algorithm, state), self.state_sharding)
 
     def explain(self, compile_seconds: dict[str, float]) -> Explanation:
         """Compiles the single step once more, for XLA's per-iteration figures."""

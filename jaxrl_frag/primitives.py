@@ -104,18 +104,45 @@ def lowering(rule: Lowering) -> Iterator[None]:
 
 
 def on_host(callback: Any, result_shape: PyTree, *args: PyTree) -> PyTree:
-    """``callback(*args)`` run by the host (``io_callback``) on whole arrays. On a mesh
-    the arguments are gathered once for it and its results replicated, for the consumers
-    to take their shares (rather than a resharding XLA can only do the slow way)."""
+    """``callback(*args)`` run by the host (``io_callback``). Within one process, on whole
+    arrays: on a mesh the arguments are gathered once for it and its results replicated,
+    for the consumers to take their shares (rather than a resharding XLA can only do the
+    slow way). On a mesh across processes, every process runs it on its own rows: the
+    leading axis of every argument and result of one axis or more (the batch, split
+    along the mesh's ``axis`` with one device of it per process), whole scalars."""
     rule = current()
     if rule.mesh is None:
         return io_callback(callback, result_shape, *args)
+    if jax.process_count() > 1:
+        return _on_each_host(rule, callback, result_shape, *args)
     replicated = NamedSharding(rule.mesh, PartitionSpec())
 
     def pin(tree: PyTree) -> PyTree:
         return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, replicated), tree)
 
     return pin(io_callback(callback, result_shape, *pin(args)))
+
+
+def _on_each_host(rule: Lowering, callback: Any, result_shape: PyTree, *args: PyTree) -> PyTree:
+    """``on_host`` across processes: the callback once per process, on its rows."""
+    local = rule.mesh.local_mesh.shape
+    if any(size != 1 for size in local.values()):
+        raise ConfigError("devices", local[rule.axis], "host environments across processes step each process's "
+                          "share of the environments on one device of that process: give the environments one device "
+                          "per process (--devices 1 under data-parallel, --actor-devices 1 under actor-learner)")
+    shards = rule.mesh.shape[rule.axis]
+
+    def spec(x: Any) -> PartitionSpec:
+        return PartitionSpec(rule.axis) if len(x.shape) else PartitionSpec()
+
+    def own(x: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct((x.shape[0] // shards, *x.shape[1:]), x.dtype) if len(x.shape) else x
+
+    def each(*own_args: PyTree) -> PyTree:
+        return io_callback(callback, jax.tree.map(own, result_shape), *own_args)
+
+    return jax.shard_map(each, mesh=rule.mesh, in_specs=jax.tree.map(spec, args),
+                         out_specs=jax.tree.map(spec, result_shape), check_vma=False)(*args)
 
 
 def batch_moments(x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:

@@ -25,6 +25,10 @@ def step(algorithm: Algorithm, state: PyTree) -> tuple[PyTree, Metrics]:
     return algorithm.step(state)
 
 
+def resumed(algorithm: Algorithm, state: PyTree) -> PyTree:
+    return algorithm.resumed(state)
+
+
 def under(rule: primitives.Lowering, fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` tracing the primitives under ``rule``. A new function object each time,
     so that jit's trace cache never serves a trace made under another rule."""

@@ -37,7 +37,7 @@ from jaxrl_frag.graph import FragmentGraph, describe_aval
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.policy import BatchAxes, NamedAxes, Policy
 from jaxrl_frag.sharding.data_parallel import SHUFFLE_HELP, DataParallel
-from jaxrl_frag.sharding.mesh import make_mesh
+from jaxrl_frag.sharding.mesh import device_groups, make_mesh, move
 from jaxrl_frag.transforms import packing, precision
 from jaxrl_frag.transforms.population import Population
 from jaxrl_frag.transforms.precision import TRANSFER_DTYPES, check_dtype
@@ -53,7 +53,11 @@ _NEVER = np.iinfo(np.int32).max  # "no iteration went non-finite"
 class ActorLearner(Policy):
     """MSRL's multi-actor / single-learner placement (Podracer's Sebulba): the actor
     fragments run on ``actor_devices`` devices, every other fragment on a disjoint group
-    of ``learner_devices`` devices, each group data-parallel over its devices.
+    of ``learner_devices`` devices, each group data-parallel over its devices. Across
+    processes (``jaxrl_frag.distributed``) both counts are per process, cleanba's layout:
+    each process's actors step its share of the environments and hand their trajectories
+    to its own learner devices, and the learner group spans every process, its gradients
+    all-reduced across them.
 
     The step is cut at its fragment boundaries into two programs (``partition``),
     compiled for the two groups and dispatched asynchronously on a fixed schedule.
@@ -72,9 +76,9 @@ class ActorLearner(Policy):
     """
 
     name: ClassVar[str] = "actor-learner"
-    actor_devices: int = dataclasses.field(default=1, metadata={"help": "devices of the actor group"})
+    actor_devices: int = dataclasses.field(default=1, metadata={"help": "devices of the actor group (in each process)"})
     learner_devices: int = dataclasses.field(default=1, metadata={
-        "help": "devices of the learner group, after the actor's"})
+        "help": "devices of the learner group (in each process), after the actor's"})
     staleness: int = dataclasses.field(default=1, metadata={
         "help": "updates the actors' parameters may lag the learner's; 0 runs actors and learner in turn (equals "
                 "single-device)"})
@@ -95,17 +99,16 @@ class ActorLearner(Policy):
               f"must be at most {STALENESS_MAX}: the actors' devices hold a copy of the parameters for every update "
               "they may lag")
         check_dtype(self.transfer_dtype)
-        check(jax.process_count() == 1, "policy", self.name,
-              "runs within one process for now; across hosts use DataParallel or Population")
-        devices = jax.devices()
+        local = jax.local_devices()
         wanted = self.actor_devices + self.learner_devices
-        check(wanted <= len(devices), "devices", wanted,
-              f"actor_devices + learner_devices must not exceed the {len(devices)} {devices[0].platform} device(s) "
-              "(on CPU the command line forces that many host devices)")
-        object.__setattr__(self, "actor", DataParallel(
-            mesh=make_mesh(devices[: self.actor_devices], data=self.actor_devices), shuffle=self.shuffle))
-        object.__setattr__(self, "learner", DataParallel(
-            mesh=make_mesh(devices[self.actor_devices: wanted], data=self.learner_devices), shuffle=self.shuffle))
+        check(wanted <= len(local), "devices", wanted,
+              f"actor_devices + learner_devices must not exceed the {len(local)} {local[0].platform} device(s) "
+              f"{'of each process ' if jax.process_count() > 1 else ''}(on CPU the command line forces that many "
+              "host devices)")
+        actor, learner = device_groups((self.actor_devices, self.learner_devices))
+        object.__setattr__(self, "actor", DataParallel(mesh=make_mesh(actor, data=len(actor)), shuffle=self.shuffle))
+        object.__setattr__(self, "learner", DataParallel(mesh=make_mesh(learner, data=len(learner)),
+                                                         shuffle=self.shuffle))
 
     def shardings(self, state: PyTree, batch_axes: Callable[[], BatchAxes],
                   named_axes: NamedAxes) -> tuple[Sharding, PyTree]:
@@ -122,7 +125,7 @@ class ActorLearner(Policy):
 
     @property
     def device_count(self) -> int:
-        return self.actor_devices + self.learner_devices
+        return self.actor.device_count + self.learner.device_count
 
     def describe(self) -> str:
         """Both groups' devices, the staleness, the transfer precision and the shuffling."""
@@ -131,8 +134,9 @@ class ActorLearner(Policy):
             return ",".join(str(d.id) for d in group.mesh.devices.flat)
 
         platform = self.actor.mesh.devices.flat[0].platform
-        return (f"ActorLearner: actor fragments on {self.actor_devices} {platform} device(s) [{ids(self.actor)}], "
-                f"learner fragments on {self.learner_devices} [{ids(self.learner)}], each group data-parallel; "
+        return (f"ActorLearner: actor fragments on {self.actor.device_count} {platform} device(s) [{ids(self.actor)}], "
+                f"learner fragments on {self.learner.device_count} [{ids(self.learner)}], each group data-parallel"
+                f"{f' across {jax.process_count()} processes' if jax.process_count() > 1 else ''}; "
                 f"staleness {self.staleness}, transfers in {self.transfer_dtype}, {self.shuffle} minibatch shuffling")
 
 
@@ -164,6 +168,9 @@ class ActorLearnerExecutor:
               "does not run populations (on the command line: --seeds, --sweep) yet; use PopulationParallel "
               "(--policy population) for those")
         self.algorithm, self.policy, self.staleness = algorithm, policy, policy.staleness
+        # across processes on CPU the two programs run in turn: gloo's collectives of two programs running at once
+        # (the actor group's and the learner group's, between the same processes) take each other's messages
+        self._in_turn = jax.process_count() > 1 and policy.actor.mesh.devices.flat[0].platform == "cpu"
         dtype = policy.transfer_dtype
         rule = policy.lowering()
         actor_rule = rule.for_role(partition.ACTOR)
@@ -236,8 +243,8 @@ class ActorLearnerExecutor:
 
         flight_a, flight_l = flight.shardings(policy.actor, a_rep), flight.shardings(policy.learner, l_rep)
         lagged_a, lagged_l = lagged.shardings(policy.actor, a_rep), lagged.shardings(policy.learner, l_rep)
-        self._to_learner = functools.partial(jax.device_put, device=flight_l)
-        self._to_actor = functools.partial(jax.device_put, device=lagged_a)
+        self._to_learner = functools.partial(move, targets=flight_l)
+        self._to_actor = functools.partial(move, targets=lagged_a)
         self._zeros = jax.device_put({k: np.zeros(v.shape, np.float32) for k, v in metric_shapes.items()}, l_rep)
         self._to_totals = functools.partial(jax.device_put, device=l_rep)
         self._health = jax.device_put((np.int32(0), {n: np.int32(_NEVER) for n in flag_names}), l_rep)
@@ -251,7 +258,15 @@ class ActorLearnerExecutor:
                                    ).lower(algorithm, key).compile()
         self._learner_init = jax.jit(learner_init, in_shardings=(l_rep, l_rep), out_shardings=(l_held_sh, lagged_l)
                                      ).lower(algorithm, key).compile()
-        self._alg_actor, self._alg_learner = jax.device_put(algorithm, a_rep), jax.device_put(algorithm, l_rep)
+        # across processes, Algorithm.resumed traced under the actor's rule on the whole state placed on the actor
+        # group, where what a resumed run restarts (the environments) lives, so that it runs in every process
+        self._on_actor = a_tree
+        self._resumed_across = jax.jit(tracing.under(actor_rule, tracing.resumed), in_shardings=(a_rep, a_tree),
+                                       out_shardings=a_tree)
+        # placed once, not sent with every call; through jit, which takes Python scalars on every process alike
+        # (device_put compares them across processes as float64 against float32 and refuses)
+        self._alg_actor, self._alg_learner = (jax.jit(lambda alg: alg, out_shardings=rep)(algorithm)
+                                              for rep in (a_rep, l_rep))
 
         queue = max(self.staleness, 1)
         owned = [a_leaf[i] if i in split.actor_held and i not in self._shared else l_leaf[i] for i in range(len(avals))]
@@ -271,12 +286,12 @@ class ActorLearnerExecutor:
     def init(self, key: np.ndarray) -> PipelineState:
         """The algorithm's initial state on both groups; with staleness ``>= 1`` the actor's
         first iteration already run (with the initial parameters) and in flight."""
-        actor = self._actor_init(self._alg_actor, key)
-        learner, lagged = self._learner_init(self._alg_learner, key)
+        actor = self._settled(self._actor_init(self._alg_actor, key))
+        learner, lagged = self._settled(self._learner_init(self._alg_learner, key))
         queue = (self._to_actor(lagged),) * max(self.staleness, 1)
         in_flight: Any = ()
         if self.staleness:
-            actor, out = self._actor(self._alg_actor, actor, queue[0])
+            actor, out = self._settled(self._actor(self._alg_actor, actor, queue[0]))
             in_flight = self._to_learner(out)
         return self._pipeline_state(actor, learner, queue, in_flight)
 
@@ -286,10 +301,11 @@ class ActorLearnerExecutor:
         queue, flight, health = state.lagged, state.in_flight, self._health
         total, count, completed = self._to_totals(chunk.totals), int(chunk.count), []
         for i in range(iterations):
-            actor, out = self._actor(self._alg_actor, actor, queue[0])
+            actor, out = self._settled(self._actor(self._alg_actor, actor, queue[0]))
             if not self.staleness:  # the learner waits for this iteration's trajectory
                 flight = self._to_learner(out)
-            learner, lagged, total, health = self._learner(self._alg_learner, learner, flight, total, health)
+            learner, lagged, total, health = self._settled(
+                self._learner(self._alg_learner, learner, flight, total, health))
             if self.staleness:  # the actor ran one iteration ahead: its output is the learner's next
                 flight = self._to_learner(out)
             queue = (*queue[1:], self._to_actor(lagged))
@@ -306,6 +322,10 @@ class ActorLearnerExecutor:
         flags = {n: bool(first == _NEVER or v != first) for n, v in first_bad.items()}
         state = self._pipeline_state(actor, learner, queue, flight)
         return state, Chunk(total, np.int32(count)), rows, len(completed), ran, flags
+
+    def _settled(self, outputs: Any) -> Any:
+        """``outputs`` once computed where the programs run in turn, else at once."""
+        return jax.block_until_ready(outputs) if self._in_turn else outputs
 
     def _pipeline_state(self, actor: Sequence[Any], learner: Sequence[Any], queue: tuple[Buffers, ...],
                         flight: Buffers | tuple[()]) -> PipelineState:
@@ -332,8 +352,12 @@ class ActorLearnerExecutor:
 
     def resumed(self, state: PipelineState) -> PipelineState:
         """``Algorithm.resumed`` on the algorithm's state (what a recipe replaces there, its
-        environment state and observations, the actor group holds alone)."""
-        return state.replace(state=jax.device_put(self.algorithm.resumed(state.state), self.state_sharding.state))
+        environment state and observations, the actor group holds alone); across processes
+        run on the actor group, each field then back on the group that owns it."""
+        if jax.process_count() == 1:
+            return state.replace(state=jax.device_put(self.algorithm.resumed(state.state), self.state_sharding.state))
+        on_actor = self._settled(self._resumed_across(self._alg_actor, move(state.state, self._on_actor)))
+        return state.replace(state=move(on_actor, self.state_sharding.state))
 
     def explain(self, compile_seconds: dict[str, float]) -> Explanation:
         traced = self.trace_step()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -35,6 +36,44 @@ def make_mesh(devices: Sequence[jax.Device] | None = None, **axes: int | None) -
             "(on CPU the command line's --devices forces that many host devices)",
         )
     return Mesh(np.array(available[:count]).reshape(tuple(sizes.values())), tuple(sizes))
+
+
+def device_groups(sizes: Sequence[int]) -> list[list[jax.Device]]:
+    """Disjoint groups of devices, group ``i`` taking ``sizes[i]`` devices of every process:
+    in each process (in process order) its next ``sizes[i]`` devices. Within one process the
+    groups are its devices in order; across processes every group holds the same share of
+    each process, so data split along any group's devices in order puts the same rows on
+    the same process in every group (``move``)."""
+    by_process: dict[int, list[jax.Device]] = {}
+    for device in sorted(jax.devices(), key=lambda d: (d.process_index, d.id)):
+        by_process.setdefault(device.process_index, []).append(device)
+    starts = np.cumsum([0, *sizes])
+    return [[d for devices in by_process.values() for d in devices[start:end]]
+            for start, end in itertools.pairwise(starts)]
+
+
+def move(values: PyTree, targets: PyTree) -> PyTree:
+    """``jax.device_put(values, targets)`` from one of ``device_groups`` to another. Within one
+    process, device-to-device copies; across processes, each process copies its own share
+    between its own devices (the same rows on both sides, by ``device_groups``' layout),
+    and nothing moves between processes."""
+    if jax.process_count() == 1:
+        return jax.device_put(values, targets)
+    return jax.tree.map(_move_own_share, values, targets)
+
+
+def _move_own_share(value: jax.Array, target: NamedSharding) -> jax.Array:
+    source = value.sharding
+    local_source = NamedSharding(source.mesh.local_mesh, source.spec)
+    local_target = NamedSharding(target.mesh.local_mesh, target.spec)
+    shape = list(source.shard_shape(value.shape))
+    for dim, names in enumerate(source.spec):
+        for name in (names,) if isinstance(names, str) else (names or ()):
+            shape[dim] *= source.mesh.local_mesh.shape[name]
+    own = jax.make_array_from_single_device_arrays(tuple(shape), local_source,
+                                                   [s.data for s in value.addressable_shards])
+    moved = jax.device_put(own, local_target)
+    return jax.make_array_from_single_device_arrays(value.shape, target, [s.data for s in moved.addressable_shards])
 
 
 def set_up_mesh(policy: Any, axes: dict[str, int | None]) -> None:

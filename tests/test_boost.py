@@ -250,6 +250,7 @@ def test_the_controller_resumes_exactly_from_a_checkpoint(nitro_program: jf.Prog
     assert leaves_equal(rest.state, whole.state)
 
 
+@pytest.mark.slow  # a long run for the inner loop: calibration times every rung's programs
 def test_cli_boosted_run_writes_the_actor_counts(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
     """A calibrated gns run: one row per round with its actor count, within the budget;
     resuming it keeps its calibration and finds it complete."""

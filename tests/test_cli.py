@@ -259,7 +259,7 @@ def test_policy_flags_are_generated_from_the_policies_fields_each_shared_flag_on
     assert out.count("--shuffle {local,exact}") == 2  # the usage line and the help, once each
     assert "--devices DEVICES devices per process (on CPU, forces that many host devices); data-parallel:" in out
     assert "population: devices to split the members over" in out
-    assert "actor-learner: devices of the actor group (default 1)" in out
+    assert "actor-learner: devices of the actor group (in each process) (default 1)" in out
     assert "--transfer-dtype {float32,bfloat16,int8}" in out and "(default float32)" in out
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -10,11 +12,13 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 from saved_state import read_state
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = [sys.executable, str(ROOT / "tests" / "multiprocess_worker.py")]
 LAUNCH = str(ROOT / "launch" / "local.sh")
+SCRIPT = str(Path(sys.executable).parent / "jaxrl-frag")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -52,3 +56,112 @@ def test_a_dead_process_stops_the_run_instead_of_hanging(tmp_path: Path) -> None
     assert "process 1 exited with status 3; stopping the others" in run.stderr
     assert time.monotonic() - start < 120
     assert not (tmp_path / "x.npz").exists()
+
+
+def rows(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.learning
+@pytest.mark.long
+def test_actor_learner_across_two_processes_learns_and_equals_one_process(tmp_path: Path) -> None:
+    """cleanba's layout from the command line: each process an actor and a learner device,
+    the learner group's gradients all-reduced across the processes, launched by
+    launch/local.sh; the same layout forced in one process (2 actor + 2 learner devices)
+    gives the same metrics, row by row."""
+    train = [SCRIPT, "train", "impala", "--env", "CartPole-v1", "--policy", "actor-learner", "--total-steps", "1000000"]
+    two = subprocess.run([LAUNCH, "2", *train, "--actor-devices", "1", "--learner-devices", "1", "--run-dir",
+                          str(tmp_path / "two")], env=clean_env(), capture_output=True, text=True, timeout=900)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "actor fragments on 2 cpu device(s) [0,2048], learner fragments on 2 [1,2049], each group data-parallel " \
+           "across 2 processes" in two.stdout, two.stdout
+    one = subprocess.run([*train, "--actor-devices", "2", "--learner-devices", "2", "--run-dir", str(tmp_path / "one")],
+                         env=clean_env(), capture_output=True, text=True, timeout=900)
+    assert one.returncode == 0, one.stderr[-3000:]
+    ones, twos = rows(tmp_path / "one"), rows(tmp_path / "two")
+    assert len(ones) == len(twos) == 52
+    for a, b in zip(ones, twos, strict=True):
+        assert {k: v for k, v in a.items() if k != "sps"} == {k: v for k, v in b.items() if k != "sps"}
+    # random play scores about 22; the last five rows (each about 20,000 steps)
+    assert np.mean([float(r["episode_return"]) for r in twos[-5:]]) >= 450, [r["episode_return"] for r in twos[-10:]]
+
+
+@pytest.mark.long
+def test_host_environments_across_two_processes_equal_one_process(tmp_path: Path) -> None:
+    """gymnasium:CartPole-v1 under the same layout: each process's worker pool steps its
+    own half of the environments, and the rows, trained and then resumed, are those of one
+    process stepping all."""
+    train = [SCRIPT, "train", "impala", "--env", "gymnasium:CartPole-v1", "--policy", "actor-learner",
+             "--total-steps", "20000"]
+    two = subprocess.run([LAUNCH, "2", *train, "--actor-devices", "1", "--learner-devices", "1", "--run-dir",
+                          str(tmp_path / "two")], env=clean_env(), capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    one = subprocess.run([*train, "--actor-devices", "2", "--learner-devices", "2", "--run-dir", str(tmp_path / "one")],
+                         env=clean_env(), capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    # resumed, each the way it was launched: the pools start afresh, the same way in both
+    for command in ([LAUNCH, "2", SCRIPT], [SCRIPT]):
+        run_dir = tmp_path / ("two" if len(command) > 1 else "one")
+        resumed = subprocess.run([*command, "resume", str(run_dir), "--override", "total_steps=30000"],
+                                 env=clean_env(), capture_output=True, text=True, timeout=600)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+    ones, twos = rows(tmp_path / "one"), rows(tmp_path / "two")
+    assert len(ones) == len(twos) == 29
+    for a, b in zip(ones, twos, strict=True):
+        assert {k: v for k, v in a.items() if k != "sps"} == {k: v for k, v in b.items() if k != "sps"}
+
+
+def children(pid: int) -> list[tuple[int, bytes, bytes]]:
+    """``(pid, command line, environment)`` of each child of process ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat, command = (entry / "stat").read_text(), (entry / "cmdline").read_bytes()
+                environ = (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append((int(entry.name), command, environ))
+    return found
+
+
+@pytest.mark.long
+def test_a_killed_worker_of_process_1_stops_every_process_and_resume_continues(tmp_path: Path) -> None:
+    """Host environments under data-parallel, one device per process: SIGKILL a worker of
+    process 1 mid-run; the run exits with status 4 within seconds, naming the process and
+    the worker's environments by their batch index; the checkpoints written before are
+    kept, and resume, launched the same way, trains on from them with fresh pools."""
+    run_dir = tmp_path / "run"
+    launch = [LAUNCH, "2", SCRIPT]
+    train = ["train", "ppo", "--env", "gymnasium:CartPole-v1", "--policy", "data-parallel", "--devices", "1",
+             "--num-envs", "8", "--env-workers", "2", "--num-steps", "16", "--total-steps", "1e7",
+             "--chunk-iterations", "4", "--checkpoint-every", "4", "--run-dir", str(run_dir)]
+    proc = subprocess.Popen([*launch, *train], env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (run_dir / "checkpoints" / "8").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        (second,) = [pid for pid, _, environ in children(proc.pid) if b"JAXRL_FRAG_PROCESS_ID=1" in environ]
+        workers = [pid for pid, command, _ in children(second) if b"host_worker.py" in command]
+        assert len(workers) == 2
+        os.kill(workers[1], signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+        assert time.monotonic() - killed < 60
+    finally:
+        proc.kill()
+    assert proc.returncode == 4, err[-3000:]
+    # process 1 holds environments 4-7; its worker 1 steps those of ring group 1
+    assert ("jaxrl-frag: error: process 1: environment worker 1 (environments 5, 7 of gymnasium:CartPole-v1) died "
+            "(exit code -9)") in err, err[-3000:]
+    assert "launch/local.sh: process 1 exited with status 4; stopping the others" in err
+    kept = sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
+    assert kept and kept[0] == 4
+    resumed = subprocess.run([*launch, "resume", str(run_dir), "--override", f"total_steps={(kept[-1] + 8) * 128}"],
+                             env=clean_env(), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert float(rows(run_dir)[-1]["iteration"]) == kept[-1] + 8

@@ -30,8 +30,7 @@ from collections.abc import Sequence
 from jaxrl_frag.cli import runtime
 from jaxrl_frag.cli.parser import build_parser
 from jaxrl_frag.cli.signals import Interrupt
-from jaxrl_frag.cli.status import ENV_WORKER_FAILED, INTERRUPTED, NON_FINITE, USAGE_ERROR, WRITE_FAILED
-from jaxrl_frag.errors import ConfigError
+from jaxrl_frag.errors import ENV_WORKER_FAILED, INTERRUPTED, NON_FINITE, USAGE_ERROR, WRITE_FAILED, ConfigError
 
 runtime.watch_backend()  # to say what started jax, should it start before the command sets its devices
 

@@ -30,7 +30,7 @@ import typing
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
-from jaxrl_frag.cli.status import USAGE_ERROR
+from jaxrl_frag.errors import USAGE_ERROR
 
 # a negative number in any form ``float`` reads (-3, -1e-3, -.5, -inf) is a flag's value, not a flag: the
 # matcher of recent Pythons (older ones miss exponents), and the words for infinity and nan

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from jaxrl_frag.cli.status import INTERRUPTED
+from jaxrl_frag.errors import INTERRUPTED
 
 
 class Interrupt:

@@ -18,8 +18,7 @@ from jaxrl_frag.cli import flags, policies
 from jaxrl_frag.cli.algorithm import EVAL_EPISODES, Members, boost_kinds, boost_settings, make_algorithm, memory_fix, recipe_flags
 from jaxrl_frag.cli.runtime import enable_compilation_cache
 from jaxrl_frag.cli.signals import Interrupt, StopOnSignal
-from jaxrl_frag.cli.status import ENV_WORKER_FAILED, NON_FINITE, WRITE_FAILED
-from jaxrl_frag.errors import check
+from jaxrl_frag.errors import ENV_WORKER_FAILED, NON_FINITE, WRITE_FAILED, check
 
 # settings a resumed run may change: they decide how long it runs, where and how it
 # reports, not what it computes per iteration
