@@ -87,27 +87,30 @@ def test_actor_learner_across_two_processes_learns_and_equals_one_process(tmp_pa
     assert np.mean([float(r["episode_return"]) for r in twos[-5:]]) >= 450, [r["episode_return"] for r in twos[-10:]]
 
 
+@pytest.mark.learning
 @pytest.mark.long
-def test_host_environments_across_two_processes_equal_one_process(tmp_path: Path) -> None:
+def test_host_environments_across_two_processes_learn_and_equal_one_process(tmp_path: Path) -> None:
     """gymnasium:CartPole-v1 under the same layout: each process's worker pool steps its
-    own half of the environments, and the rows, trained and then resumed, are those of one
-    process stepping all."""
+    own half of the environments; the run learns, and its rows, trained and then resumed,
+    are those of one process stepping all."""
     train = [SCRIPT, "train", "impala", "--env", "gymnasium:CartPole-v1", "--policy", "actor-learner",
-             "--total-steps", "20000"]
+             "--total-steps", "1000000"]
     two = subprocess.run([LAUNCH, "2", *train, "--actor-devices", "1", "--learner-devices", "1", "--run-dir",
-                          str(tmp_path / "two")], env=clean_env(), capture_output=True, text=True, timeout=600)
+                          str(tmp_path / "two")], env=clean_env(), capture_output=True, text=True, timeout=900)
     assert two.returncode == 0, two.stderr[-3000:]
     one = subprocess.run([*train, "--actor-devices", "2", "--learner-devices", "2", "--run-dir", str(tmp_path / "one")],
-                         env=clean_env(), capture_output=True, text=True, timeout=600)
+                         env=clean_env(), capture_output=True, text=True, timeout=900)
     assert one.returncode == 0, one.stderr[-3000:]
+    twos = rows(tmp_path / "two")
+    assert np.mean([float(r["episode_return"]) for r in twos[-5:]]) >= 450, [r["episode_return"] for r in twos[-10:]]
     # resumed, each the way it was launched: the pools start afresh, the same way in both
     for command in ([LAUNCH, "2", SCRIPT], [SCRIPT]):
         run_dir = tmp_path / ("two" if len(command) > 1 else "one")
-        resumed = subprocess.run([*command, "resume", str(run_dir), "--override", "total_steps=30000"],
+        resumed = subprocess.run([*command, "resume", str(run_dir), "--override", "total_steps=1020000"],
                                  env=clean_env(), capture_output=True, text=True, timeout=600)
         assert resumed.returncode == 0, resumed.stderr[-3000:]
     ones, twos = rows(tmp_path / "one"), rows(tmp_path / "two")
-    assert len(ones) == len(twos) == 29
+    assert len(ones) == len(twos) == 54
     for a, b in zip(ones, twos, strict=True):
         assert {k: v for k, v in a.items() if k != "sps"} == {k: v for k, v in b.items() if k != "sps"}
 
