@@ -127,9 +127,8 @@ def _on_each_host(rule: Lowering, callback: Any, result_shape: PyTree, *args: Py
     """``on_host`` across processes: the callback once per process, on its rows."""
     local = rule.mesh.local_mesh.shape
     if any(size != 1 for size in local.values()):
-        raise ConfigError("devices", local[rule.axis], "host environments across processes step each process's "
-                          "share of the environments on one device of that process: give the environments one device "
-                          "per process (--devices 1 under data-parallel, --actor-devices 1 under actor-learner)")
+        raise ConfigError("devices", local[rule.axis], "a host call across processes runs once in each process, on "
+                          "that process's rows of the batch: give the batch one device in each process")
     shards = rule.mesh.shape[rule.axis]
 
     def spec(x: Any) -> PartitionSpec:

@@ -63,6 +63,26 @@ def rows(run_dir: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def one_and_two(train: list[str], tmp_path: Path) -> tuple[list[dict[str, str]], list[dict[str, str]], str]:
+    """``train`` (a command line of the actor-learner policy) as 2 processes of 1 actor + 1
+    learner device (``two``) and as one process of 2 + 2 (``one``): both runs' rows, and
+    the 2-process run's output."""
+    two = subprocess.run([LAUNCH, "2", *train, "--actor-devices", "1", "--learner-devices", "1", "--run-dir",
+                          str(tmp_path / "two")], env=clean_env(), capture_output=True, text=True, timeout=900)
+    assert two.returncode == 0, two.stderr[-3000:]
+    one = subprocess.run([*train, "--actor-devices", "2", "--learner-devices", "2", "--run-dir", str(tmp_path / "one")],
+                         env=clean_env(), capture_output=True, text=True, timeout=900)
+    assert one.returncode == 0, one.stderr[-3000:]
+    return rows(tmp_path / "one"), rows(tmp_path / "two"), two.stdout
+
+
+def assert_same_rows(ones: list[dict[str, str]], twos: list[dict[str, str]]) -> None:
+    """Every column but the throughput (``sps``), row by row."""
+    assert len(ones) == len(twos)
+    for a, b in zip(ones, twos, strict=True):
+        assert {k: v for k, v in a.items() if k != "sps"} == {k: v for k, v in b.items() if k != "sps"}
+
+
 @pytest.mark.learning
 @pytest.mark.long
 def test_actor_learner_across_two_processes_learns_and_equals_one_process(tmp_path: Path) -> None:
@@ -71,18 +91,11 @@ def test_actor_learner_across_two_processes_learns_and_equals_one_process(tmp_pa
     launch/local.sh; the same layout forced in one process (2 actor + 2 learner devices)
     gives the same metrics, row by row."""
     train = [SCRIPT, "train", "impala", "--env", "CartPole-v1", "--policy", "actor-learner", "--total-steps", "1000000"]
-    two = subprocess.run([LAUNCH, "2", *train, "--actor-devices", "1", "--learner-devices", "1", "--run-dir",
-                          str(tmp_path / "two")], env=clean_env(), capture_output=True, text=True, timeout=900)
-    assert two.returncode == 0, two.stderr[-3000:]
+    ones, twos, out = one_and_two(train, tmp_path)
     assert "actor fragments on 2 cpu device(s) [0,2048], learner fragments on 2 [1,2049], each group data-parallel " \
-           "across 2 processes" in two.stdout, two.stdout
-    one = subprocess.run([*train, "--actor-devices", "2", "--learner-devices", "2", "--run-dir", str(tmp_path / "one")],
-                         env=clean_env(), capture_output=True, text=True, timeout=900)
-    assert one.returncode == 0, one.stderr[-3000:]
-    ones, twos = rows(tmp_path / "one"), rows(tmp_path / "two")
-    assert len(ones) == len(twos) == 52
-    for a, b in zip(ones, twos, strict=True):
-        assert {k: v for k, v in a.items() if k != "sps"} == {k: v for k, v in b.items() if k != "sps"}
+           "across 2 processes" in out, out
+    assert len(twos) == 52
+    assert_same_rows(ones, twos)
     # random play scores about 22; the last five rows (each about 20,000 steps)
     assert np.mean([float(r["episode_return"]) for r in twos[-5:]]) >= 450, [r["episode_return"] for r in twos[-10:]]
 
@@ -95,13 +108,7 @@ def test_host_environments_across_two_processes_learn_and_equal_one_process(tmp_
     are those of one process stepping all."""
     train = [SCRIPT, "train", "impala", "--env", "gymnasium:CartPole-v1", "--policy", "actor-learner",
              "--total-steps", "1000000"]
-    two = subprocess.run([LAUNCH, "2", *train, "--actor-devices", "1", "--learner-devices", "1", "--run-dir",
-                          str(tmp_path / "two")], env=clean_env(), capture_output=True, text=True, timeout=900)
-    assert two.returncode == 0, two.stderr[-3000:]
-    one = subprocess.run([*train, "--actor-devices", "2", "--learner-devices", "2", "--run-dir", str(tmp_path / "one")],
-                         env=clean_env(), capture_output=True, text=True, timeout=900)
-    assert one.returncode == 0, one.stderr[-3000:]
-    twos = rows(tmp_path / "two")
+    _, twos, _ = one_and_two(train, tmp_path)
     assert np.mean([float(r["episode_return"]) for r in twos[-5:]]) >= 450, [r["episode_return"] for r in twos[-10:]]
     # resumed, each the way it was launched: the pools start afresh, the same way in both
     for command in ([LAUNCH, "2", SCRIPT], [SCRIPT]):
@@ -110,9 +117,8 @@ def test_host_environments_across_two_processes_learn_and_equal_one_process(tmp_
                                  env=clean_env(), capture_output=True, text=True, timeout=600)
         assert resumed.returncode == 0, resumed.stderr[-3000:]
     ones, twos = rows(tmp_path / "one"), rows(tmp_path / "two")
-    assert len(ones) == len(twos) == 54
-    for a, b in zip(ones, twos, strict=True):
-        assert {k: v for k, v in a.items() if k != "sps"} == {k: v for k, v in b.items() if k != "sps"}
+    assert len(twos) == 54
+    assert_same_rows(ones, twos)
 
 
 def children(pid: int) -> list[tuple[int, bytes, bytes]]:
