@@ -2,7 +2,7 @@
 against Stable-Baselines3, side by side.
 
     python benchmarks/host_envs.py ring [--env gymnasium:CartPole-v1] [--steps 65536] [--pairs 3]
-    python benchmarks/host_envs.py sb3 --sb3-python VENV/bin/python [--env CartPole-v1] [--steps 100000] [--pairs 3]
+    python benchmarks/host_envs.py sb3 --sb3-python VENV/bin/python [--env gymnasium:CartPole-v1] [--steps 100000] [--pairs 3]
     python benchmarks/host_envs.py stepping [--env ale:Breakout] [--envpool-python VENV/bin/python] [--pairs 3]
 
 ``ring``: PPO with ``env_ring`` on and off (the same groups, the same numbers:
@@ -11,18 +11,20 @@ freshly reset pools (workers already up). It times the actor fragment alone (the
 rollout: inference and stepping, where the ring acts) and whole training runs, and
 prints steps per second and the ring's speedup, the median of the pairs' ratios.
 
-``sb3``: PPO at the same settings (``sb3_ppo.py``'s, the learning rate constant) on the
-same Gymnasium environment and environment count: the framework (``gymnasium:<env>``, workers and ring as by default) against
-Stable-Baselines3 (``sb3_ppo.py``, run by ``--sb3-python``) with its in-process
-``DummyVecEnv`` and its worker-process ``SubprocVecEnv``, alternating; steps per
-second of training (SB3's ``learn``; the framework's run after compiling), their
-ratios and the final returns.
+``sb3``: PPO at the same settings (``sb3_ppo.py``'s, the learning rate constant; on
+``ale:`` games CleanRL's Atari settings) on the same environment and environment
+count: the framework with its environments in worker processes and in this process
+(``--env-backend``; ring as by default) against Stable-Baselines3 (``sb3_ppo.py``, run
+by ``--sb3-python``) with its in-process ``DummyVecEnv`` and its worker-process
+``SubprocVecEnv``, alternating; steps per second of training (SB3's ``learn``; the
+framework's run after compiling), their ratios and the final returns.
 
-``stepping``: Atari games stepped with random actions, no learning: the pool's worker
-processes (``HostEnvPool``, each worker one ale-py vector environment) against one
-ale-py vector environment with as many threads in this process, and against EnvPool
-(``envpool_step.py``, run by ``--envpool-python``) likewise; environment steps per
-second, alternating.
+``stepping``: Atari games stepped with random actions, no learning: the framework's two
+pools, worker processes (``HostEnvPool``, each worker one ale-py vector environment,
+observations in shared memory) and this process (``InProcessPool``, ale-py's threads),
+against one ale-py vector environment with as many threads in this process, and
+against EnvPool (``envpool_step.py``, run by ``--envpool-python``) likewise;
+environment steps per second, alternating.
 """
 
 from __future__ import annotations
@@ -85,21 +87,28 @@ def ring(args: argparse.Namespace) -> None:
               f"(pairs {', '.join(f'{r:.2f}' for r in ratios)})")
 
 
+# CleanRL's ppo_atari.py settings for ale: (the rest as the CartPole ones), on both sides
+ATARI = dict(num_minibatches=4, num_epochs=4, clip_eps=0.1)
+
+
 def sb3(args: argparse.Namespace) -> None:
-    env_id = args.env.removeprefix("gymnasium:")
+    atari = args.env.startswith("ale:")
     # a constant learning rate, as Stable-Baselines3's
-    algo = PPO.create(f"gymnasium:{env_id}", num_envs=args.num_envs, total_steps=int(args.steps), anneal_lr=False)
-    program = jf.compile(algo)
-    sps: dict[str, list[float]] = {"jaxrl_frag": [], "sb3 dummy": [], "sb3 subproc": []}
+    settings = dict(num_envs=args.num_envs, total_steps=int(args.steps), anneal_lr=False, **(ATARI if atari else {}))
+    algos = {f"jaxrl_frag {backend}": PPO.create(args.env, env_backend=backend, **settings)
+             for backend in ("processes", "in-process")}
+    programs = {name: jf.compile(algo) for name, algo in algos.items()}
+    sps: dict[str, list[float]] = {name: [] for name in (*algos, "sb3 dummy", "sb3 subproc")}
     returns: dict[str, list[float]] = {name: [] for name in sps}
     for pair in range(args.pairs):
-        state = program.init(jax.random.PRNGKey(pair))
-        start = time.perf_counter()
-        history = program.run(state)
-        sps["jaxrl_frag"].append(float(history.final["env_steps"]) / (time.perf_counter() - start))
-        returns["jaxrl_frag"].append(float(history.last("episode_return")))
+        for name, program in programs.items():
+            state = program.init(jax.random.PRNGKey(pair))  # pools up and reset before the clock starts
+            start = time.perf_counter()
+            history = program.run(state)
+            sps[name].append(float(history.final["env_steps"]) / (time.perf_counter() - start))
+            returns[name].append(float(history.last("episode_return")))
         for vec in ("dummy", "subproc"):
-            out = subprocess.run([args.sb3_python, str(SB3_SCRIPT), "--env", env_id, "--num-envs", str(args.num_envs),
+            out = subprocess.run([args.sb3_python, str(SB3_SCRIPT), "--env", args.env, "--num-envs", str(args.num_envs),
                                   "--steps", str(int(args.steps)), "--vec", vec, "--seed", str(pair)],
                                  capture_output=True, text=True, check=True)
             result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -107,21 +116,23 @@ def sb3(args: argparse.Namespace) -> None:
             returns[f"sb3 {vec}"].append(result["return"])
         print(f"pair {pair}: " + ", ".join(f"{name} {values[-1]:.0f} steps/s (return {returns[name][-1]:.1f})"
                                          for name, values in sps.items()), flush=True)
-    algo.env.close()
-    for name in ("sb3 dummy", "sb3 subproc"):
-        ratios = [ours / theirs for ours, theirs in zip(sps["jaxrl_frag"], sps[name], strict=True)]
-        print(f"jaxrl_frag / {name}: {statistics.median(ratios):.2f}x (pairs {', '.join(f'{r:.2f}' for r in ratios)}); "
-              f"steps/s {statistics.median(sps['jaxrl_frag']):.0f} vs {statistics.median(sps[name]):.0f}; final return "
-              f"{np.mean(returns['jaxrl_frag']):.1f} vs {np.mean(returns[name]):.1f}")
+    for algo in algos.values():
+        algo.env.close()
+    for ours in algos:
+        for name in [n for n in sps if n != ours and not (n in algos and ours.endswith("processes"))]:
+            ratios = [a / b for a, b in zip(sps[ours], sps[name], strict=True)]
+            print(f"{ours} / {name}: {statistics.median(ratios):.2f}x (pairs {', '.join(f'{r:.2f}' for r in ratios)}); "
+                  f"steps/s {statistics.median(sps[ours]):.0f} vs {statistics.median(sps[name]):.0f}; final return "
+                  f"{np.mean(returns[ours]):.1f} vs {np.mean(returns[name]):.1f}")
 
 
-def _pool_sps(env: str, num_envs: int, workers: int, steps: int) -> float:
-    from jaxrl_frag.envs.host_pool import HostEnvPool, environments
+def _pool_sps(kind: type, env: str, num_envs: int, workers: int, steps: int) -> float:
+    from jaxrl_frag.envs.host_pool import environments
 
     probe = environments(env, 1, {})
     choices = probe.action_space.n
     probe.close()
-    with HostEnvPool(env, num_envs, num_workers=workers) as pool:
+    with kind(env, num_envs, workers) as pool:
         pool.reset(0)
         actions = np.random.default_rng(0).integers(0, choices, (steps, num_envs))
         start = time.perf_counter()
@@ -147,11 +158,15 @@ def _vector_sps(env: str, num_envs: int, threads: int, steps: int) -> float:
 
 
 def stepping(args: argparse.Namespace) -> None:
-    sps: dict[str, list[float]] = {"worker pool": [], "ale-py in process": []}
+    from jaxrl_frag.envs.host_pool import HostEnvPool, InProcessPool
+
+    pools = {"worker pool": HostEnvPool, "in-process pool": InProcessPool}
+    sps: dict[str, list[float]] = {name: [] for name in (*pools, "ale-py in process")}
     if args.envpool_python:
         sps["EnvPool in process"] = []
     for pair in range(args.pairs):
-        sps["worker pool"].append(_pool_sps(args.env, args.num_envs, args.workers, args.steps))
+        for name, kind in pools.items():
+            sps[name].append(_pool_sps(kind, args.env, args.num_envs, args.workers, args.steps))
         sps["ale-py in process"].append(_vector_sps(args.env, args.num_envs, args.workers, args.steps))
         if args.envpool_python:
             out = subprocess.run([args.envpool_python, str(Path(__file__).with_name("envpool_step.py")), "--game",
@@ -159,9 +174,10 @@ def stepping(args: argparse.Namespace) -> None:
                                   str(args.workers), "--steps", str(args.steps)], capture_output=True, text=True, check=True)
             sps["EnvPool in process"].append(json.loads(out.stdout.strip().splitlines()[-1])["sps"])
         print(f"pair {pair}: " + ", ".join(f"{name} {values[-1]:.0f} steps/s" for name, values in sps.items()), flush=True)
-    for name in list(sps)[1:]:
-        ratios = [ours / theirs for ours, theirs in zip(sps["worker pool"], sps[name], strict=True)]
-        print(f"worker pool / {name}: {statistics.median(ratios):.2f}x (pairs {', '.join(f'{r:.2f}' for r in ratios)})")
+    for ours in pools:
+        for name in list(sps)[2:]:
+            ratios = [a / b for a, b in zip(sps[ours], sps[name], strict=True)]
+            print(f"{ours} / {name}: {statistics.median(ratios):.2f}x (pairs {', '.join(f'{r:.2f}' for r in ratios)})")
 
 
 def main() -> None:
@@ -178,7 +194,8 @@ def main() -> None:
     sub.choices["sb3"].add_argument("--sb3-python", required=True, help="the Python of an environment with "
                                                                         "stable-baselines3 and torch")
     sub.choices["stepping"].add_argument("--workers", type=int, default=2, help="worker processes, and threads of "
-                                                                               "the in-process vector environments")
+                                                                               "the in-process pool and vector "
+                                                                               "environments")
     sub.choices["stepping"].add_argument("--envpool-python", help="the Python of an environment with envpool")
     args = parser.parse_args()
     args.steps = int(args.steps)

@@ -1,7 +1,7 @@
 """``HostEnv``: environments that are not JAX, as an ``Env`` batch inside the compiled program.
 
-The environments run in a ``HostEnvPool`` of worker processes; the program reaches them
-through host callbacks (``primitives.on_host``), so policy inference, learning
+The environments run in a pool (``host_pool``: worker processes, or this process:
+``backend``); the program reaches them through host callbacks (``primitives.on_host``), so policy inference, learning
 and everything else stay one compiled device program under any distribution policy, and
 only observations, actions and rewards cross to the host.
 
@@ -17,7 +17,8 @@ order, so the schedule, and with it every result, is the same on every run. With
 The environments' state lives in the workers, not in the program's state (which holds an
 empty placeholder): a checkpoint cannot hold it, and a run resumed from one starts its
 environments from fresh resets (``Recipe.resumed``). A worker that dies or raises stops
-the run with an ``EnvWorkerError`` that names its environments (``Program.run``).
+the run with an ``EnvWorkerError`` that names its environments (``Program.run``); so does
+an environment that raises in this process.
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ import numpy as np
 from jaxrl_frag import primitives
 from jaxrl_frag.bounds import divisors
 from jaxrl_frag.envs.core import Act, Box, Capabilities, Discrete, Ended, Env, PyTree, Space, Steps, TimeStep
-from jaxrl_frag.envs.host_pool import FAMILIES, EnvWorkerError, HostEnvPool, HostStep, environments
+from jaxrl_frag.envs.host_pool import FAMILIES, EnvPool, EnvWorkerError, HostEnvPool, HostStep, InProcessPool, environments
 from jaxrl_frag.errors import ENV_WORKER_FAILED, ConfigError, check
 
 PREFIXES = tuple(f"{family}:" for family in FAMILIES)
+BACKENDS = ("auto", "processes", "in-process")  # auto: in this process for ale:, worker processes for the rest
 _LIVE: set[HostEnv] = set()  # environments whose pools are up, closed at exit
 _TOKEN = jax.ShapeDtypeStruct((), jnp.int32)  # passed from host call to host call: their order
 
@@ -76,26 +78,33 @@ def _space(space: Any, env_id: str) -> Space:
 
 @dataclasses.dataclass(frozen=True, eq=False)  # each one owns its pool: equal only to itself
 class HostEnv(Env):
-    """``num_envs`` environments ``name`` in ``workers`` processes, in ``groups`` groups,
-    stepped as a ring (or, with ``ring=False``, in strict alternation). Make one with
-    ``make``; its pool starts at the first reset. In a run of several processes each
-    process's pool holds that process's share of the environments, with ``workers``
-    and ``groups`` of its own (``primitives.on_host``)."""
+    """``num_envs`` environments ``name`` in ``groups`` groups, stepped as a ring (or,
+    with ``ring=False``, in strict alternation), by ``workers`` worker processes
+    (``backend="processes"``: ``HostEnvPool``) or in this process (``"in-process"``:
+    ``InProcessPool``, Atari games on ``workers`` threads of ale-py's), the same steps
+    either way. Make one with ``make``; its pool starts at the first reset. In a run of
+    several processes each process's pool holds that process's share of the
+    environments, with ``workers`` and ``groups`` of its own (``primitives.on_host``)."""
 
     name: str
     num_envs: int
     workers: int
     groups: int
     ring: bool
+    backend: str
     kwargs: tuple[tuple[str, Any], ...]
     spaces: tuple[Box, Space]
 
     @classmethod
     def make(cls, name: str, num_envs: int, *, workers: int = 0, groups: int = 2, ring: bool = True,
-             **kwargs: Any) -> HostEnv:
+             backend: str = "auto", **kwargs: Any) -> HostEnv:
         """Checks the settings and reads the spaces (one environment made in this process);
         ``workers=0`` takes as many as the CPUs allow (a multiple of ``groups`` that
-        divides ``num_envs``)."""
+        divides ``num_envs``); ``backend="auto"`` steps Atari games in this process and
+        other environments in worker processes."""
+        check(backend in BACKENDS, "env_backend", backend, f"choose one of {', '.join(BACKENDS)}")
+        if backend == "auto":
+            backend = "in-process" if name.startswith("ale:") else "processes"
         processes = jax.process_count()
         check(num_envs % processes == 0, "num_envs", num_envs,
               f"must divide among the {processes} processes (each steps an equal share): use a multiple of {processes}")
@@ -113,7 +122,7 @@ class HostEnv(Env):
         spaces = (_space(probe.observation_space, name), _space(probe.action_space, name))
         probe.close()
         check(isinstance(spaces[0], Box), "env", name, "host environments need Box observations")
-        return cls(name, num_envs, workers, groups, ring, tuple(sorted(kwargs.items())), spaces)
+        return cls(name, num_envs, workers, groups, ring, backend, tuple(sorted(kwargs.items())), spaces)
 
     @property
     def observation_space(self) -> Box:
@@ -240,19 +249,20 @@ class HostEnv(Env):
 
     # -- the host side -------------------------------------------------------------
 
-    def pool(self) -> HostEnvPool:
-        """The worker pool, started if it is not up."""
+    def pool(self) -> EnvPool:
+        """The pool, started if it is not up."""
         live = getattr(self, "_pool", None)
         if live is None or not live.alive:
             own = self.num_envs // jax.process_count()
-            live = HostEnvPool(self.name, own, self.workers, self.groups, first_id=jax.process_index() * own,
-                               **dict(self.kwargs))
+            kind = HostEnvPool if self.backend == "processes" else InProcessPool
+            live = kind(self.name, own, self.workers, self.groups, first_id=jax.process_index() * own,
+                        **dict(self.kwargs))
             object.__setattr__(self, "_pool", live)
             _LIVE.add(self)
         return live
 
     def close(self) -> None:
-        """Stop the workers (a later reset starts them again)."""
+        """Stop the pool (a later reset starts it again)."""
         live = getattr(self, "_pool", None)
         if live is not None:
             live.close()
@@ -270,9 +280,8 @@ class HostEnv(Env):
 
     def _converted(self, step: HostStep) -> HostStep:
         dtype = self.observation_space.dtype
-        return HostStep(step.obs.astype(dtype), step.reward.astype(np.float32), step.terminated.astype(bool),
-                        step.truncated.astype(bool), step.final_obs.astype(dtype), step.score.astype(np.float32),
-                        step.length.astype(np.int32))
+        return HostStep(*(np.asarray(x, dtype) for x, dtype in zip(step, (dtype, np.float32, bool, bool, dtype,
+                                                                           np.float32, np.int32), strict=True)))
 
     def _host_reset(self, seeds: np.ndarray) -> np.ndarray:
         return self._host(lambda pool: pool.reset(np.asarray(seeds))).astype(self.observation_space.dtype)

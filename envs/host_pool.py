@@ -1,13 +1,18 @@
-"""``HostEnvPool``: environments that are not JAX, stepped in worker processes.
+"""Pools of environments that are not JAX: ``HostEnvPool`` steps them in worker
+processes, ``InProcessPool`` in this process.
 
 Most environments (Atari through ale-py, MuJoCo through its C library, anything
-wrapped for Gymnasium) cannot be traced into XLA. A pool runs ``num_envs`` of them in
-``num_workers`` processes and splits them into ``groups`` groups of whole workers:
-group ``g`` holds environments ``g, g + groups, g + 2 * groups, ...``, so every group
-spans the whole batch evenly. ``send(group, actions)`` returns at once and
-``receive(group)`` waits for that group's step, so the host steps one group while the
-device computes actions for another (SRL's environment ring, Sebulba's double
-buffering); ``step`` sends to every group, then receives.
+wrapped for Gymnasium) cannot be traced into XLA. A pool runs ``num_envs`` of them
+split into ``groups`` groups: group ``g`` holds environments ``g, g + groups, g + 2 *
+groups, ...``, so every group spans the whole batch evenly. ``send(group, actions)``
+returns at once and ``receive(group)`` waits for that group's step, so the host steps
+one group while the device computes actions for another (SRL's environment ring,
+Sebulba's double buffering); ``step`` sends to every group, then receives.
+
+``HostEnvPool`` runs the groups in worker processes (whole workers a group), which
+write observations into memory shared with the pool and send only the rest: a crash
+is isolated and named. ``InProcessPool`` runs each group in this process: Atari games
+on ale-py's own threads, which step while the caller goes on, without any IPC.
 
 Ids name a family and an environment: ``gymnasium:<id>`` is any Gymnasium id (its
 wrappers and time limit included), ``ale:<Game>`` an Atari game with the standard
@@ -17,25 +22,33 @@ that ended it in ``final_obs``, ``terminated`` and ``truncated`` kept apart, and
 episode's score and length. ``reset(seeds)`` seeds environment ``i`` with ``seeds[i]``,
 so a pool's steps depend only on the seeds and the actions. A worker that dies, raises
 or stops answering is reported with the environments it held, and the whole pool is
-shut down: no process is left behind.
+shut down: no process is left behind. Both pools compute the same steps.
 """
 
 from __future__ import annotations
 
+import abc
 import difflib
+import mmap
+import os
 import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import numpy as np
 
 from jaxrl_frag.envs import host_worker
-from jaxrl_frag.envs.host_worker import AtariGames, GymnasiumEnvs
+from jaxrl_frag.envs.host_worker import Envs, Episodes
 from jaxrl_frag.errors import ConfigError, check
+
+T = TypeVar("T")
 
 FAMILIES = ("gymnasium", "ale")
 
@@ -93,38 +106,21 @@ def worker_id(env_id: str) -> str:
     return env_id
 
 
-def environments(env_id: str, count: int, kwargs: dict[str, Any]) -> GymnasiumEnvs | AtariGames:
+def environments(env_id: str, count: int, kwargs: dict[str, Any]) -> Envs:
     """``count`` environments of ``env_id`` in this process (as a worker has them)."""
     return host_worker.make(worker_id(env_id), count, kwargs)
 
 
-class HostEnvPool:
-    """``num_envs`` environments ``env_id`` (made with ``kwargs``) in ``num_workers``
-    processes, split into ``groups`` groups. A worker gets ``timeout`` seconds to answer
-    a request. ``first_id``: the batch index of environment 0 where the pool holds one
-    process's share of a larger batch (the messages name environments by it)."""
+class EnvPool(abc.ABC):
+    """``num_envs`` environments ``env_id`` in ``groups`` groups. ``first_id``: the batch
+    index of environment 0 where the pool holds one process's share of a larger batch
+    (the messages name environments by it)."""
 
-    def __init__(self, env_id: str, num_envs: int, num_workers: int = 2, groups: int = 1, timeout: float = 60.0,
-                 first_id: int = 0, **kwargs: Any):
+    def __init__(self, env_id: str, num_envs: int, groups: int, first_id: int):
         check(groups > 0 and num_envs % groups == 0, "groups", groups,
               f"must divide num_envs = {num_envs} (each group steps an equal share)")
-        check(num_workers > 0 and num_workers % groups == 0 and num_envs % num_workers == 0, "num_workers",
-              num_workers, f"must be a multiple of groups = {groups} that divides num_envs = {num_envs} "
-              "(each worker steps an equal share of one group)")
-        target = worker_id(env_id)  # refuses a bad id before any process starts
-        self.env_id, self.num_envs, self.groups, self.timeout, self.first_id = env_id, num_envs, groups, timeout, first_id
-        self.per_worker = num_envs // num_workers
-        self.workers_per_group = num_workers // groups
-        self._conns: list[Connection] = []
-        self._procs: list[subprocess.Popen[bytes]] = []
-        for _ in range(num_workers):  # a fresh interpreter each: never fork a process that runs XLA
-            parent, child = socket.socketpair()
-            # -P: the script's folder (this package's modules) stays off the worker's import path
-            self._procs.append(subprocess.Popen([sys.executable, "-P", host_worker.__file__, str(child.fileno())],
-                                                pass_fds=(child.fileno(),)))
-            child.close()
-            self._conns.append(Connection(parent.detach()))
-            self._send(len(self._conns) - 1, (target, self.per_worker, kwargs))
+        self.target = worker_id(env_id)  # refuses a bad id before anything starts
+        self.env_id, self.num_envs, self.groups, self.first_id = env_id, num_envs, groups, first_id
 
     @property
     def group_size(self) -> int:
@@ -132,8 +128,97 @@ class HostEnvPool:
         return self.num_envs // self.groups
 
     @property
+    @abc.abstractmethod
     def alive(self) -> bool:
-        """Whether the workers are up (``close`` not called, no worker failed)."""
+        """Whether the environments are up (``close`` not called, none failed)."""
+
+    @abc.abstractmethod
+    def reset(self, seeds: int | np.ndarray) -> np.ndarray:
+        """Every environment's first observation, environment ``i`` seeded ``seeds[i]``
+        (or ``seeds + i`` for an integer)."""
+
+    @abc.abstractmethod
+    def send(self, group: int, actions: np.ndarray) -> None:
+        """Start a step of ``group``'s environments with ``actions`` (``[group_size, ...]``,
+        in the order of their ids)."""
+
+    @abc.abstractmethod
+    def receive(self, group: int) -> HostStep:
+        """Wait for ``group``'s step (started by ``send``), in the order of its ids."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop the environments."""
+
+    def step(self, actions: np.ndarray) -> HostStep:
+        """Step every environment (``actions`` in the order of their ids): each group
+        sent, then each received."""
+        for g in range(self.groups):
+            self.send(g, actions[g::self.groups])
+        return HostStep(*(self._interleave(column) for column in zip(*(self.receive(g) for g in range(self.groups)),
+                                                                      strict=True)))
+
+    def __enter__(self) -> EnvPool:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    def _seeds(self, seeds: int | np.ndarray) -> np.ndarray:
+        return np.arange(self.num_envs) + seeds if np.ndim(seeds) == 0 else np.asarray(seeds)
+
+    def _check_send(self, group: int, actions: np.ndarray) -> None:
+        check(0 <= group < self.groups, "group", group, f"choose a group in 0..{self.groups - 1}")
+        check(len(actions) == self.group_size, "actions", np.shape(actions),
+              f"give one action per environment of the group ({self.group_size})")
+
+    def _interleave(self, parts: list[Any]) -> np.ndarray:
+        """Per-group arrays to one in the order of environment ids."""
+        if len(parts) == 1:
+            return parts[0]
+        return np.stack(parts, axis=1).reshape(self.num_envs, *np.shape(parts[0])[1:])
+
+    def _listed(self, ids: np.ndarray) -> str:
+        ids = ids + self.first_id
+        listed = ", ".join(map(str, ids)) if len(ids) <= 8 else f"{', '.join(map(str, ids[:4]))}, ..., {ids[-1]}"
+        return f"environment{'s' if len(ids) > 1 else ''} {listed} of {self.env_id}"
+
+
+class HostEnvPool(EnvPool):
+    """``num_envs`` environments ``env_id`` (made with ``kwargs``) in ``num_workers``
+    processes, split into ``groups`` groups of whole workers. A worker gets ``timeout``
+    seconds to answer a request."""
+
+    def __init__(self, env_id: str, num_envs: int, num_workers: int = 2, groups: int = 1, timeout: float = 60.0,
+                 first_id: int = 0, **kwargs: Any):
+        super().__init__(env_id, num_envs, groups, first_id)
+        check(num_workers > 0 and num_workers % groups == 0 and num_envs % num_workers == 0, "num_workers",
+              num_workers, f"must be a multiple of groups = {groups} that divides num_envs = {num_envs} "
+              "(each worker steps an equal share of one group)")
+        self.timeout = timeout
+        self.per_worker = num_envs // num_workers
+        self.workers_per_group = num_workers // groups
+        probe = host_worker.make(self.target, 1, kwargs)
+        space = probe.observation_space
+        probe.close()
+        size = 2 * self.per_worker * int(np.prod(space.shape)) * np.dtype(space.dtype).itemsize
+        self._conns: list[Connection] = []
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._shared: list[np.ndarray] = []  # each worker's [observations, final observations]
+        for _ in range(num_workers):  # a fresh interpreter each: never fork a process that runs XLA
+            parent, child = socket.socketpair()
+            memory = _shared_memory(size)
+            # -P: the script's folder (this package's modules) stays off the worker's import path
+            self._procs.append(subprocess.Popen([sys.executable, "-P", host_worker.__file__, str(child.fileno()),
+                                                 str(memory)], pass_fds=(child.fileno(), memory)))
+            child.close()
+            self._shared.append(host_worker.observations(mmap.mmap(memory, size), self.per_worker, space))
+            os.close(memory)
+            self._conns.append(Connection(parent.detach()))
+            self._send(len(self._conns) - 1, (self.target, self.per_worker, kwargs))
+
+    @property
+    def alive(self) -> bool:
         return bool(self._procs)
 
     def held(self, worker: int) -> np.ndarray:
@@ -143,33 +228,19 @@ class HostEnvPool:
         return members * self.groups + group
 
     def reset(self, seeds: int | np.ndarray) -> np.ndarray:
-        """Every environment's first observation, environment ``i`` seeded ``seeds[i]``
-        (or ``seeds + i`` for an integer)."""
-        seeds = np.arange(self.num_envs) + seeds if np.ndim(seeds) == 0 else np.asarray(seeds)
+        seeds = self._seeds(seeds)
         for w in range(len(self._conns)):
             self._send(w, ("reset", seeds[self.held(w)]))
-        return self._interleave([self._gather(g) for g in range(self.groups)])
+        return self._interleave([self._gather(g)[0] for g in range(self.groups)])
 
     def send(self, group: int, actions: np.ndarray) -> None:
-        """Start a step of ``group``'s environments with ``actions`` (``[group_size, ...]``,
-        in the order of their ids)."""
-        check(0 <= group < self.groups, "group", group, f"choose a group in 0..{self.groups - 1}")
-        check(len(actions) == self.group_size, "actions", np.shape(actions),
-              f"give one action per environment of the group ({self.group_size})")
+        self._check_send(group, actions)
         for i, w in enumerate(self._group_workers(group)):
             self._send(w, ("step", actions[i * self.per_worker:(i + 1) * self.per_worker]))
 
     def receive(self, group: int) -> HostStep:
-        """Wait for ``group``'s step (started by ``send``), in the order of its ids."""
-        return HostStep(*self._gather(group))
-
-    def step(self, actions: np.ndarray) -> HostStep:
-        """Step every environment (``actions`` in the order of their ids): each group
-        sent, then each received."""
-        for g in range(self.groups):
-            self.send(g, actions[g::self.groups])
-        return HostStep(*(self._interleave(column) for column in zip(*(self.receive(g) for g in range(self.groups)),
-                                                                      strict=True)))
+        obs, final, (reward, terminated, truncated, score, length) = self._gather(group)
+        return HostStep(obs, reward, terminated, truncated, final, score, length)
 
     def close(self) -> None:
         """Stop every worker (asked, then terminated after a grace period) and reap it."""
@@ -188,32 +259,19 @@ class HostEnvPool:
                 proc.wait()
         for conn in self._conns:
             conn.close()
-        self._procs, self._conns = [], []
+        self._procs, self._conns, self._shared = [], [], []
 
-    def __enter__(self) -> HostEnvPool:
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.close()
-
-    def _interleave(self, parts: list[Any]) -> np.ndarray:
-        """Per-group arrays to one in the order of environment ids."""
-        return np.stack(parts, axis=1).reshape(self.num_envs, *np.shape(parts[0])[1:])
-
-    def _gather(self, group: int) -> Any:
-        """The answers of ``group``'s workers, concatenated (each a tuple or an array)."""
-        parts = [self._receive(w) for w in self._group_workers(group)]
-        if isinstance(parts[0], tuple):
-            return tuple(np.concatenate(column) for column in zip(*parts, strict=True))
-        return np.concatenate(parts)
+    def _gather(self, group: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+        """``group``'s observations and final observations (copied out of the shared
+        memory) and its workers' answers, concatenated column by column."""
+        workers = self._group_workers(group)
+        answers = [self._receive(w) for w in workers]
+        obs, final = (np.concatenate([self._shared[w][slot] for w in workers]) for slot in (0, 1))
+        columns = () if answers[0] is None else tuple(np.concatenate(c) for c in zip(*answers, strict=True))
+        return obs, final, columns
 
     def _group_workers(self, group: int) -> range:
         return range(group * self.workers_per_group, (group + 1) * self.workers_per_group)
-
-    def _describe(self, worker: int) -> str:
-        ids = self.held(worker) + self.first_id
-        listed = ", ".join(map(str, ids)) if len(ids) <= 8 else f"{', '.join(map(str, ids[:4]))}, ..., {ids[-1]}"
-        return f"environment{'s' if len(ids) > 1 else ''} {listed} of {self.env_id}"
 
     def _send(self, worker: int, message: tuple[str, Any]) -> None:
         try:
@@ -236,7 +294,7 @@ class HostEnvPool:
             self._fail_dead(worker)
         if status == "error":
             self._fail(worker, f"raised:\n{payload}")
-        return HostStep(*payload) if isinstance(payload, tuple) else payload
+        return payload
 
     def _fail_dead(self, worker: int) -> NoReturn:
         """Its pipe is closed: the worker is dead or dying; report its exit code."""
@@ -247,6 +305,72 @@ class HostEnvPool:
         self._fail(worker, f"died (exit code {code})")
 
     def _fail(self, worker: int, what: str) -> NoReturn:
-        held = self._describe(worker)
+        held = self._listed(self.held(worker))
         self.close()
         raise EnvWorkerError(f"environment worker {worker} ({held}) {what}; the pool is shut down")
+
+
+class InProcessPool(EnvPool):
+    """``num_envs`` environments ``env_id`` (made with ``kwargs``) in this process,
+    split into ``groups`` groups, each one batch (``host_worker.Envs``): Atari games
+    step on ``threads // groups`` threads of ale-py's own a group, between ``send`` and
+    ``receive``, while the caller goes on; Gymnasium environments step in turn at
+    ``receive``. An environment that raises is named and the pool shut down; one that
+    crashes takes the process with it, and none is timed out (``HostEnvPool`` isolates)."""
+
+    def __init__(self, env_id: str, num_envs: int, threads: int = 2, groups: int = 1, first_id: int = 0,
+                 **kwargs: Any):
+        super().__init__(env_id, num_envs, groups, first_id)
+        check(threads > 0 and threads % groups == 0, "threads", threads,
+              f"must be a multiple of groups = {groups} (each group steps on its own threads)")
+        self._envs = [host_worker.make(self.target, self.group_size, kwargs, threads // groups)
+                      for _ in range(groups)]
+        self._episodes = [Episodes(self.group_size) for _ in range(groups)]
+
+    @property
+    def alive(self) -> bool:
+        return bool(self._envs)
+
+    def reset(self, seeds: int | np.ndarray) -> np.ndarray:
+        seeds = self._seeds(seeds)
+        for episodes in self._episodes:
+            episodes.reset()
+        return self._interleave([self._call(g, lambda envs, g=g: envs.reset(seeds[g::self.groups]))
+                                 for g in range(self.groups)])
+
+    def send(self, group: int, actions: np.ndarray) -> None:
+        self._check_send(group, actions)
+        self._call(group, lambda envs: envs.send(actions))
+
+    def receive(self, group: int) -> HostStep:
+        obs, reward, points, terminated, truncated, final = self._call(group, lambda envs: envs.recv())
+        score, length = self._episodes[group].record(points, terminated | truncated)
+        return HostStep(obs, reward, terminated, truncated, final, score, length)
+
+    def close(self) -> None:
+        for envs in self._envs:
+            envs.close()
+        self._envs = []
+
+    def _call(self, group: int, request: Callable[[Envs], T]) -> T:
+        """``request`` of ``group``'s environments; if it raises, close the pool and raise
+        ``EnvWorkerError`` naming them, with the traceback."""
+        try:
+            return request(self._envs[group])
+        except Exception as error:
+            held = self._listed(np.arange(group, self.num_envs, self.groups))
+            self.close()
+            raise EnvWorkerError(f"environment group {group} ({held}) raised:\n{traceback.format_exc()}; the pool "
+                                 "is shut down") from error
+
+
+def _shared_memory(size: int) -> int:
+    """A file descriptor of ``size`` bytes of anonymous memory to share with a worker
+    (freed when its last descriptor and mapping are gone)."""
+    if hasattr(os, "memfd_create"):
+        memory = os.memfd_create("jaxrl-frag-observations")
+    else:
+        memory, path = tempfile.mkstemp()
+        os.unlink(path)
+    os.ftruncate(memory, size)
+    return memory

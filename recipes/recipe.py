@@ -18,6 +18,7 @@ from jaxrl_frag.bounds import EXACT_STEPS, INT32, INT32_MAX, check_count, is_who
 from jaxrl_frag.errors import ConfigError, check
 
 _RESUMED = 0x7E5  # folded into the state's key for the seeds of environments started afresh on resume
+HOST_OPTIONS = ("workers", "groups", "ring", "backend")  # HostEnv.make's options, the recipe's env_<option>
 # act(obs, key) -> action: a batch of observations [N, ...] as the bare environment gives them (no normalisation) and
 # one key, to the actions sent to the environment [N, ...]
 PolicyFn = Callable[[jax.Array, jax.Array], jax.Array]
@@ -35,12 +36,16 @@ class Recipe(Algorithm):
     hidden: tuple[int, ...] = static_field((64, 64), help="hidden layer widths of the networks")
     lr: float = hyperparameter(2.5e-4, help="Adam learning rate")
     gamma: float = hyperparameter(0.99, help="discount factor")
-    env_workers: int = static_field(0, help="host environments (gymnasium:, ale:): worker processes, a multiple of "
-                                            "env_groups that divides num_envs (0: as many as the CPUs allow)")
+    env_workers: int = static_field(0, help="host environments (gymnasium:, ale:): worker processes (in process: "
+                                            "ale-py's threads), a multiple of env_groups that divides num_envs (0: as "
+                                            "many as the CPUs allow)")
     env_groups: int = static_field(2, help="host environments: groups of the environment ring (the workers step one "
                                            "while the policy acts for the next)")
     env_ring: bool = static_field(True, help="host environments: overlap inference and stepping as a ring (off: "
                                              "strict alternation, the same results)")
+    env_backend: str = static_field("auto", help="host environments: where they step, with the same results: "
+                                                 "processes (isolated workers), in-process (Atari on ale-py's threads, "
+                                                 "no IPC), auto (in-process for ale:, processes otherwise)")
 
     action_spaces: ClassVar[tuple[type, ...]] = (envs.Discrete, envs.Box)  # the kinds of action space it acts in
     multi_agent: ClassVar[bool] = False  # whether it acts for agents on an axis (AgentObs), or for one
@@ -101,11 +106,11 @@ class Recipe(Algorithm):
     def host_options(cls, env_id: str, settings: dict[str, Any]) -> dict[str, Any]:
         """``envs.make``'s options for host environments, from the ``env_*`` settings;
         ``ConfigError`` if one is set for a JAX environment."""
-        options = {"workers": settings["env_workers"], "groups": settings["env_groups"], "ring": settings["env_ring"]}
+        options = {option: settings[f"env_{option}"] for option in HOST_OPTIONS}
         if envs.is_host(env_id):
             return options
         defaults = cls.fields()
-        for name in ("env_workers", "env_groups", "env_ring"):
+        for name in (f"env_{option}" for option in HOST_OPTIONS):
             check(settings[name] == defaults[name], name, settings[name],
                   f"is for host environments (gymnasium:, ale:); {env_id} is a JAX environment: drop it")
         return {}

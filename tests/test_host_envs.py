@@ -45,14 +45,17 @@ def single() -> tuple[jf.Program, jf.History]:
 
 
 def test_the_ring_computes_what_strict_alternation_does(single: tuple[jf.Program, jf.History]) -> None:
-    """Same seeds, same numbers: the ring only reorders host calls and inference. A
+    """Same seeds, same numbers: the ring only reorders host calls and inference, and
+    stepping in this process instead of worker processes changes nothing either. A
     second ring run is bitwise the same too (the schedule is fixed, not first come,
     first served)."""
     program, ring = single
     assert program.algorithm.env.ring and program.algorithm.env.groups == 2
+    assert program.algorithm.env.backend == "processes"
     _, alternating = run(jf.recipes.PPO.create(CARTPOLE, env_ring=False, **SMALL))
+    _, in_process = run(jf.recipes.PPO.create(CARTPOLE, env_backend="in-process", **SMALL))
     again = program.run(jax.random.PRNGKey(3))
-    for other in (alternating, again):
+    for other in (alternating, in_process, again):
         assert without_sps(other.rows) == without_sps(ring.rows)
         for x, y in zip(leaves(other.state), leaves(ring.state), strict=True):
             np.testing.assert_array_equal(x, y)

@@ -1,6 +1,6 @@
-"""Host environment pools: Gymnasium environments and Atari games in worker processes,
-deterministic given the seeds, stepped by groups in any order, and failing loudly and
-cleanly."""
+"""Host environment pools: Gymnasium environments and Atari games in worker processes
+and in this process, deterministic given the seeds, stepped by groups in any order,
+the same steps either way, and failing loudly and cleanly."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ import gymnasium
 import numpy as np
 import pytest
 
-from jaxrl_frag.envs.host_pool import EnvWorkerError, HostEnvPool
+from jaxrl_frag.envs.host_pool import EnvPool, EnvWorkerError, HostEnvPool, InProcessPool
 from jaxrl_frag.errors import ConfigError
 
 ENV, NUM_ENVS, SEED = "CartPole-v1", 4, 3
 HOST_ENV = f"gymnasium:{ENV}"
+POOLS = {"worker processes": lambda env, n, **kw: HostEnvPool(env, n, num_workers=2, **kw),
+         "in process": lambda env, n, **kw: InProcessPool(env, n, threads=2, **kw)}
 
 
 def reference(actions: np.ndarray) -> list[tuple[np.ndarray, ...]]:
@@ -42,14 +44,15 @@ def reference(actions: np.ndarray) -> list[tuple[np.ndarray, ...]]:
     return out
 
 
-def test_a_pool_steps_as_the_environments_do_in_process() -> None:
-    """Two workers in two groups, 300 random steps (several episodes end): every
-    observation, reward, flag, final observation and episode score and length equals
-    in-process stepping; the groups (environments 0, 2 and 1, 3) sent together and
-    received in reverse order give the same steps."""
+@pytest.mark.parametrize("kind", POOLS)
+def test_a_pool_steps_as_the_environments_do_in_process(kind: str) -> None:
+    """Two groups, 300 random steps (several episodes end): every observation, reward,
+    flag, final observation and episode score and length equals Gymnasium's stepping;
+    the groups (environments 0, 2 and 1, 3) sent together and received in reverse order
+    give the same steps."""
     actions = np.random.default_rng(0).integers(0, 2, size=(300, NUM_ENVS))
     expected = reference(actions)
-    with HostEnvPool(HOST_ENV, NUM_ENVS, num_workers=2, groups=2) as pool:
+    with POOLS[kind](HOST_ENV, NUM_ENVS, groups=2) as pool:
         np.testing.assert_array_equal(pool.reset(SEED), expected[0][0])
         ended = 0
         for t, step_actions in enumerate(actions):
@@ -65,6 +68,32 @@ def test_a_pool_steps_as_the_environments_do_in_process() -> None:
                 np.testing.assert_array_equal(got, want)
             ended += int((step.terminated | step.truncated).sum())
     assert ended >= 10
+
+
+def test_atari_games_step_alike_in_worker_processes_and_on_ale_threads() -> None:
+    """Breakout, 8 games in 2 groups, 400 random steps: the worker processes (sharing
+    their observations with the pool) and ale-py's threads in this process give the
+    same observations, rewards, flags, final observations and scores."""
+    actions = np.random.default_rng(1).integers(0, 4, size=(400, 8))
+    pools: list[EnvPool] = [HostEnvPool("ale:Breakout", 8, num_workers=4, groups=2),
+                            InProcessPool("ale:Breakout", 8, threads=2, groups=2)]
+    with pools[0], pools[1]:
+        np.testing.assert_array_equal(pools[0].reset(5), pools[1].reset(5))
+        points = 0.0
+        for step_actions in actions:
+            steps = [pool.step(step_actions) for pool in pools]
+            for got, want in zip(*steps, strict=True):
+                np.testing.assert_array_equal(got, want)
+            points += float(steps[0].reward.sum())
+    assert points > 0  # games were played, not only reset
+
+
+def test_an_environment_that_raises_in_process_is_named_and_the_pool_shut() -> None:
+    pool = InProcessPool(HOST_ENV, NUM_ENVS, threads=2, groups=2)
+    pool.reset(SEED)
+    with pytest.raises(EnvWorkerError, match=r"(?s)group 1 \(environments 1, 3 of gymnasium:CartPole-v1\) raised.*invalid"):
+        pool.step(np.array([0, 0, 0, 7]))
+    assert not pool.alive
 
 
 def test_a_killed_worker_is_named_and_nothing_is_left_running() -> None:
@@ -99,3 +128,5 @@ def test_bad_pool_settings_are_refused_before_any_process_starts() -> None:
         HostEnvPool("gymnasium:CartPol-v1", 4)
     with pytest.raises(ConfigError, match="did you mean ale:Breakout"):
         HostEnvPool("ale:Breakou", 4)
+    with pytest.raises(ConfigError, match="threads=3"):
+        InProcessPool(HOST_ENV, 4, threads=3, groups=2)

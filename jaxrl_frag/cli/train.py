@@ -22,8 +22,9 @@ from jaxrl_frag.errors import ENV_WORKER_FAILED, NON_FINITE, WRITE_FAILED, check
 
 # settings a resumed run may change: they decide how long it runs, where and how it
 # reports, not what it computes per iteration
-# env_workers changes which processes step the host environments, not what they compute
-RESUMABLE_CHANGES = ("total_steps", "checkpoint_every", "keep_checkpoints", "chunk_iterations", "devices", "env_workers")
+# env_workers and env_backend change where the host environments step, not what they compute
+RESUMABLE_CHANGES = ("total_steps", "checkpoint_every", "keep_checkpoints", "chunk_iterations", "devices", "env_workers",
+                     "env_backend")
 # what config.json records beyond the settings, and is free to differ on resume
 RUNTIME_KEYS = ("jax", "backend", "processes", "device_count", "settings")
 # how train's own settings read, by name (the policies', the recipe's and boosting's come from their dataclasses)
