@@ -59,10 +59,10 @@ def restore(run_dir: str | Path, member: int | None = None) -> Trained:
 
     Raises:
         ConfigError: Where ``run_dir`` holds no run or no usable checkpoint, or a run
-            this cannot act for (actor-learner policy, host or multi-agent environments),
+            this cannot act for (actor-learner policy, multi-agent environments),
             or ``member`` is not one of the run's.
     """
-    from jaxrl_frag import envs, recipes
+    from jaxrl_frag import recipes
     from jaxrl_frag.checkpoints import Checkpoints
     from jaxrl_frag.cli.algorithm import make_algorithm
     from jaxrl_frag.cli.resume import saved_train_args
@@ -71,10 +71,7 @@ def restore(run_dir: str | Path, member: int | None = None) -> Trained:
     run = RunDir(run_dir)
     config = run.read_config()
     settings = config["settings"]
-    env_id, policy = settings["env"], settings.get("policy", "single")
-    check(not envs.is_host(env_id), "env", env_id,
-          "runs outside the compiled program (a host environment); evaluating and exporting take runs on JAX "
-          "environments")
+    policy = settings.get("policy", "single")
     check(policy != "actor-learner", "policy", policy,
           "the actor-learner policy's checkpoints hold its pipeline, which is not restored onto one device yet; "
           "evaluate a run of the single, data-parallel or population policy")

@@ -5,6 +5,7 @@ learns on them."""
 
 from __future__ import annotations
 
+import csv
 import os
 import signal
 import subprocess
@@ -143,6 +144,27 @@ def test_a_killed_worker_stops_the_run_naming_its_environments(tmp_path: Path) -
     for pid in workers:
         assert not Path(f"/proc/{pid}").exists()
     assert (run_dir / "checkpoints" / "8").exists()
+
+
+def test_a_host_environment_run_is_evaluated_on_fresh_environments(tmp_path: Path) -> None:
+    """``jaxrl-frag evaluate`` of a run on Gymnasium's CartPole plays complete episodes of
+    the run's policy on fresh host environments, inside one compiled program: each
+    episode's return is its length (a reward of 1 a step), at most the time limit of
+    500, and the same seed plays the same episodes."""
+    from jaxrl_frag import evaluation
+    from jaxrl_frag.cli import main
+
+    run_dir = tmp_path / "run"
+    assert main(["train", "ppo", "--env", CARTPOLE, "--num-envs", "8", "--num-steps", "16", "--total-steps", "512",
+                 "--chunk-iterations", "2", "--run-dir", str(run_dir)]) == 0
+    assert main(["evaluate", str(run_dir), "--episodes", "6"]) == 0
+    with open(run_dir / "eval.csv") as f:
+        rows = list(csv.DictReader(f))
+    returns = np.array([float(r["return"]) for r in rows])
+    np.testing.assert_array_equal(returns, [int(r["length"]) for r in rows])
+    assert len(rows) == 6 and (returns >= 8).all() and (returns <= 500).all()
+    again = evaluation.evaluate(evaluation.restore(run_dir), 6)
+    np.testing.assert_array_equal(again.returns, returns)
 
 
 @pytest.mark.learning
