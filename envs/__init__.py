@@ -1,8 +1,9 @@
 """Environments: the pure ``Env`` protocol, gymnax, Brax and JaxMARL adapters, wrappers, and
-host environments (Gymnasium, Atari) in worker processes."""
+host environments (Gymnasium, Atari) in worker processes or in this process."""
 
 from jaxrl_frag.envs.brax_env import BraxEnv
 from jaxrl_frag.envs.core import (
+    Acting,
     AgentObs,
     Box,
     Capabilities,
@@ -29,7 +30,7 @@ from jaxrl_frag.envs.wrappers import (
 )
 
 __all__ = [
-    "AgentObs", "Box", "BraxEnv", "Capabilities", "Discrete", "Ended", "Env", "EnvWorkerError", "EpisodeStatistics",
+    "Acting", "AgentObs", "Box", "BraxEnv", "Capabilities", "Discrete", "Ended", "Env", "EnvWorkerError", "EpisodeStatistics",
     "GymnaxEnv", "HostEnv", "NormalizeObservation", "ObservationMask", "RunningMoments", "ScaleReward", "Space", "Steps",
     "TimeStep", "VecEnv", "Wrapper", "available", "forget", "is_host", "make", "register",
 ]

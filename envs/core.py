@@ -126,6 +126,21 @@ Act = Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array, PyTree]]
 RecurrentAct = Callable[[jax.Array, PyTree, jax.Array], tuple[jax.Array, jax.Array, PyTree, PyTree]]
 
 
+class Acting(NamedTuple):
+    """A trained policy, with or without a memory: ``blank(N)`` is the memory of ``N``
+    environments before their first step (``()`` without one), and ``act(obs [N, ...],
+    memory, key) -> (actions [N, ...], memory after)``; the memory of an environment whose
+    episode ended is forgotten (``forget``) before its next step."""
+
+    blank: Callable[[int], PyTree]
+    act: Callable[[jax.Array, PyTree, jax.Array], tuple[jax.Array, PyTree]]
+
+    @classmethod
+    def without_memory(cls, act: Callable[[jax.Array, jax.Array], jax.Array]) -> Acting:
+        """``act(obs, key) -> actions``, carrying no memory."""
+        return cls(lambda n: (), lambda obs, memory, key: (act(obs, key), memory))
+
+
 def forget(memory: PyTree, done: jax.Array) -> PyTree:
     """``memory`` (leaves ``[N, ...]``) set to zeros where ``done`` (``[N]``) holds."""
     return jax.tree.map(lambda m: jnp.where(done.reshape(done.shape + (1,) * (m.ndim - done.ndim)), 0, m), memory)

@@ -3,10 +3,10 @@
 episodes in one compiled program, loaded as a jitted acting function, or exported as
 StableHLO that runs without this package.
 
-The acting function is the recipe's ``Recipe.policy_fn``: the deterministic action
-with ``greedy`` (the most likely action, the Gaussian's mean, the greedy Q-value's),
-else a draw from the policy (epsilon-greedy at the run's ``epsilon_end`` for DQN and
-PQN, as they act when training ends).
+The acting function is the recipe's ``Recipe.acting``: the deterministic action with
+``greedy`` (the most likely action, the Gaussian's mean, the greedy Q-value's), else a
+draw from the policy (epsilon-greedy at the run's ``epsilon_end`` for DQN and PQN, as
+they act when training ends); a recurrent policy carries its memory from step to step.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_frag.bounds import check_count
+from jaxrl_frag.envs import Acting
 from jaxrl_frag.errors import ConfigError, check
 from jaxrl_frag.recipes.recipe import PolicyFn, Recipe
 from jaxrl_frag.transforms.evaluated import ENVS_MAX, EPISODES_MAX, STEPS_MAX, first, layout, play
@@ -37,9 +38,14 @@ class Trained:
     iteration: int
     member: int | None
 
-    def act(self, greedy: bool) -> PolicyFn:
-        """``Recipe.policy_fn`` of the state: ``act(obs [N, ...], key) -> actions [N, ...]``."""
-        return self.recipe.policy_fn(self.state, greedy)
+    def acting(self, greedy: bool) -> Acting:
+        """``Recipe.acting`` of the state."""
+        return self.recipe.acting(self.state, greedy)
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the policy carries a memory."""
+        return bool(jax.tree.leaves(jax.eval_shape(lambda: self.acting(True).blank(1))))
 
 
 class Episodes(NamedTuple):
@@ -141,7 +147,7 @@ def evaluate(trained: Trained, episodes: int, greedy: bool = True, seed: int = 0
     Args:
         trained: What ``restore`` gives.
         episodes: How many episodes.
-        greedy: The deterministic action, or a draw from the policy (``Recipe.policy_fn``).
+        greedy: The deterministic action, or a draw from the policy (``Recipe.acting``).
         seed: The seed of the environments' resets and of the policy's draws.
 
     Returns:
@@ -156,10 +162,10 @@ def evaluate(trained: Trained, episodes: int, greedy: bool = True, seed: int = 0
     check_episodes(episodes)
     num_envs, each = layout(episodes, ENVS_MAX)
     env = envs.make(trained.recipe.env.name, num_envs=num_envs)
-    act = trained.act(greedy)
+    acting = trained.acting(greedy)
 
     def kept(key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        return first(play(env, act, key, each, STEPS_MAX), episodes)
+        return first(play(env, acting, key, each, STEPS_MAX), episodes)
 
     returns, lengths, complete = jax.device_get(jax.jit(kept)(jax.random.PRNGKey(seed)))
     check(bool(complete.all()), "episodes", episodes,
@@ -175,19 +181,20 @@ def record_episode(trained: Trained, greedy: bool, seed: int, limit: int) -> tup
     from jaxrl_frag import envs
 
     env = envs.make(trained.recipe.env.name)
-    act = trained.act(greedy)
+    acting = trained.acting(greedy)
 
     def play(key: jax.Array) -> tuple[PyTree, jax.Array, jax.Array]:
         key, k_reset = jax.random.split(key)
         state, obs = env.reset(k_reset)
 
         def one_step(carry: tuple[Any, ...], key: jax.Array) -> tuple[Any, Any]:
-            state, obs = carry
+            state, obs, memory = carry
             k_act, k_env = jax.random.split(key)
-            after, ts = env.step(k_env, state, act(obs[None], k_act)[0])
-            return (after, ts.obs), (state, ts.reward, ts.terminated | ts.truncated)
+            action, memory = acting.act(obs[None], memory, k_act)
+            after, ts = env.step(k_env, state, action[0])
+            return (after, ts.obs, memory), (state, ts.reward, ts.terminated | ts.truncated)
 
-        _, (states, rewards, done) = jax.lax.scan(one_step, (state, obs), jax.random.split(key, limit))
+        _, (states, rewards, done) = jax.lax.scan(one_step, (state, obs, acting.blank(1)), jax.random.split(key, limit))
         return states, rewards, done
 
     states, rewards, done = jax.device_get(jax.jit(play)(jax.random.PRNGKey(seed)))
@@ -204,7 +211,7 @@ def _observation(trained: Trained) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(obs.shape[1:], obs.dtype)
 
 
-def load_policy(run_dir: str | Path, greedy: bool = True, member: int | None = None) -> PolicyFn:
+def load_policy(run_dir: str | Path, greedy: bool = True, member: int | None = None) -> PolicyFn | Acting:
     """The trained policy of the run in ``run_dir`` (its newest checkpoint), jitted.
 
     Args:
@@ -216,14 +223,23 @@ def load_policy(run_dir: str | Path, greedy: bool = True, member: int | None = N
         ``act(obs, key) -> action``: one observation (the environment's observation
         shape, as the environment gives it) and a key give one action; a batch
         ``[N, ...]`` of them and one key give ``[N, ...]`` actions. Keys are raw
-        ``uint32[2]`` (``jax.random.PRNGKey``).
+        ``uint32[2]`` (``jax.random.PRNGKey``). A recurrent policy's run gives an
+        ``Acting`` instead: ``blank(N)``, the memory of ``N`` environments before their
+        first step, and the jitted ``act(obs [N, ...], memory, key) -> (actions, memory
+        after)``, whose memory the caller carries from step to step (zeroed with
+        ``jaxrl_frag.envs.forget`` where an episode ends).
     """
     trained = restore(run_dir, member)
-    act, rank = trained.act(greedy), len(_observation(trained).shape)
+    acting = trained.acting(greedy)
+    if trained.recurrent:
+        return Acting(acting.blank, jax.jit(acting.act))
+    rank = len(_observation(trained).shape)
 
     def act_any(obs: jax.Array, key: jax.Array) -> jax.Array:
         obs = jnp.asarray(obs)
-        return act(obs[None], key)[0] if obs.ndim == rank else act(obs, key)
+        batch = obs if obs.ndim > rank else obs[None]
+        actions = acting.act(batch, (), key)[0]
+        return actions if obs.ndim > rank else actions[0]
 
     return jax.jit(act_any)
 
@@ -246,13 +262,22 @@ def export_policy(run_dir: str | Path, path: str | Path, greedy: bool = True, me
     Returns:
         ``path``. The exported function takes a batch of observations ``[N, ...]`` (any
         ``N``, the environment's dtype) and one raw ``uint32[2]`` key, and returns the
-        ``[N, ...]`` actions that ``load_policy``'s gives.
+        ``[N, ...]`` actions that ``load_policy``'s gives. A recurrent policy's takes
+        ``(obs, memory, key)`` and returns ``(actions, memory after)``, as
+        ``load_policy``'s ``act`` (the memory before the first step: zeros, of the
+        shapes ``exported.in_avals[1:-1]`` give).
     """
     trained = restore(run_dir, member)
-    one = _observation(trained)
+    acting, one = trained.acting(greedy), _observation(trained)
     (batch,) = jax.export.symbolic_shape("batch")
-    specs = (jax.ShapeDtypeStruct((batch, *one.shape), one.dtype), jax.ShapeDtypeStruct((2,), jnp.uint32))
-    exported = jax.export.export(jax.jit(trained.act(greedy)))(*specs)
+    obs = jax.ShapeDtypeStruct((batch, *one.shape), one.dtype)
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    if trained.recurrent:
+        memory = jax.tree.map(lambda m: jax.ShapeDtypeStruct((batch, *m.shape[1:]), m.dtype),
+                              jax.eval_shape(lambda: acting.blank(1)))
+        exported = jax.export.export(jax.jit(acting.act))(obs, memory, key)
+    else:
+        exported = jax.export.export(jax.jit(lambda obs, key: acting.act(obs, (), key)[0]))(obs, key)
     path = Path(path)
     try:
         path.write_bytes(exported.serialize())

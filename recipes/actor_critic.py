@@ -241,16 +241,22 @@ class ActorCriticRecipe(Recipe):
     def policy_fn(self, state: ActorCriticState, greedy: bool) -> PolicyFn:
         """The policy network's action (``Recipe.policy_fn``): its most likely one (the
         Gaussian's mean) or a sample, clipped to the bounds, on observations standardised
-        as in training. Feed-forward networks only: ``ConfigError`` for a recurrent one."""
+        as in training. Feed-forward networks only: ``ConfigError`` for a recurrent one,
+        which acts with its memory (``acting``)."""
         check(not self.recurrent, "memory", self.memory,
-              "evaluating and exporting act without a memory: a recurrent policy is not supported there yet")
+              "a recurrent policy acts with its memory: use acting (evaluation, load_policy and export_policy do)")
+        act = self.acting(state, greedy).act
+        return lambda obs, key: act(obs, (), key)[0]
+
+    def acting(self, state: ActorCriticState, greedy: bool) -> envs.Acting:
+        """``policy_fn``'s action, from the network's memory where it has one (``Recipe.acting``)."""
         observe = self.env.observation_fn(state.env_state)
 
-        def act(obs: jax.Array, key: jax.Array) -> jax.Array:
-            dist, _ = self.network.apply(state.params, observe(obs))
-            return self.env_action(dist.mode() if greedy else dist.sample(key))
+        def act(obs: jax.Array, memory: PyTree, key: jax.Array) -> tuple[jax.Array, PyTree]:
+            memory, dist, _ = self.act_step(state.params, memory, observe(obs))
+            return self.env_action(dist.mode() if greedy else dist.sample(key)), memory
 
-        return act
+        return envs.Acting(self.network.blank if self.recurrent else lambda n: (), act)
 
     def learning_rate(self, update: jax.Array) -> jax.Array:
         """The learning rate of optimizer update number ``update``: annealed linearly to

@@ -146,6 +146,11 @@ class Recipe(Algorithm):
         """
         raise NotImplementedError
 
+    def acting(self, state: Any, greedy: bool) -> envs.Acting:
+        """``policy_fn`` as an ``envs.Acting``, carrying a memory where the policy has one
+        (what evaluation plays)."""
+        return envs.Acting.without_memory(self.policy_fn(state, greedy))
+
     @classmethod
     def fields(cls) -> dict[str, Any]:
         """Every setting but the environment, with its default."""

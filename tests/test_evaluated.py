@@ -39,9 +39,9 @@ def _expected(evaluated: Evaluated, state: dict[str, Any]) -> tuple[float, float
     """The mean return and length of the last evaluation of a run ending in ``state``, played anew."""
     inner, schedule = evaluated.split(jax.device_get(state))
     key = jax.random.fold_in(schedule.key, schedule.iteration - 1)
-    act = evaluated.algorithm.policy_fn(inner, True)
+    acting = evaluated.algorithm.acting(inner, True)
     returns, lengths, complete = jax.jit(
-        lambda k: first(play(evaluated.env, act, k, layout(EPISODES)[1]), EPISODES))(key)
+        lambda k: first(play(evaluated.env, acting, k, layout(EPISODES)[1]), EPISODES))(key)
     assert bool(complete.all())
     return float(returns.mean()), float(lengths.mean())
 

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 import jaxrl_frag as jf
+from jaxrl_frag import envs
 from jaxrl_frag.transforms import Population
+from jaxrl_frag.transforms.evaluated import first, play
 
 
 @pytest.mark.learning
@@ -99,3 +101,8 @@ def test_recurrent_ppo_balances_cartpole_without_its_velocities() -> None:
     history = jf.compile(algo, chunk_iterations=algo.num_iterations // 20).run(jax.random.PRNGKey(0))
     assert history.final["env_steps"] <= 150_000
     assert last_rows(history["episode_return"], 2) >= 300, history["episode_return"]
+    # greedy, with its memory, and with it wiped before every step
+    env, acting = envs.make(algo.env.name, num_envs=10), algo.acting(history.state, greedy=True)
+    amnesic = envs.Acting(acting.blank, lambda obs, memory, key: acting.act(obs, acting.blank(len(obs)), key))
+    with_memory, without = (float(first(play(env, a, jax.random.PRNGKey(0), 1), 10)[0].mean()) for a in (acting, amnesic))
+    assert with_memory >= 300 > 3 * without, (with_memory, without)

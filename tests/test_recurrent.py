@@ -95,10 +95,25 @@ def test_no_feed_forward_policy_beats_chance_at_memory_chain() -> None:
     np.testing.assert_array_equal(np.asarray(rewards[5]), np.where(context, 1.0, -1.0))  # action 1: right iff context
 
 
-def test_a_recurrent_policy_is_not_evaluated_without_its_memory() -> None:
-    algo = jf.recipes.PPO.create(MASKED, memory="gru", num_envs=4, num_steps=8, total_steps=32)
+def test_a_recurrent_policy_acts_step_by_step_as_the_learner_unrolls_it() -> None:
+    """``acting`` carries the memory from step to step, forgotten where an episode ended:
+    its greedy actions over a rollout are the modes of the network unrolled over the
+    same sequences (``policy_value``). ``policy_fn``, which has no memory, refuses."""
+    algo = jf.recipes.PPO.create(MASKED, memory="gru", num_envs=4, num_steps=64, total_steps=4 * 64 * 2,
+                                 num_minibatches=2)
+    state = jax.jit(algo.init)(jax.random.PRNGKey(1))
+    traj, _, _, _, _ = jax.jit(algo.rollout)(state.params, state.env_state, state.obs, state.memory, state.key)
+    recurrence = algo.recurrence(traj)
+    assert recurrence.first.any()
+    dist, _ = algo.policy_value(state.params, recurrence, jnp.swapaxes(traj.obs, 0, 1))
+    acting = algo.acting(state, greedy=True)
+    memory, actions = acting.blank(4), []
+    for t in range(64):
+        action, memory = acting.act(traj.obs[t], envs.forget(memory, recurrence.first[:, t]), jax.random.PRNGKey(t))
+        actions.append(action)
+    np.testing.assert_array_equal(np.stack(actions, 1), dist.mode())
     with pytest.raises(ConfigError, match="memory='gru'"):
-        algo.policy_fn(jax.jit(algo.init)(jax.random.PRNGKey(0)), greedy=True)
+        algo.policy_fn(state, greedy=True)
 
 
 @pytest.mark.slow  # three runs of the command line
@@ -117,3 +132,16 @@ def test_a_recurrent_run_resumes_exactly_with_its_memory(tmp_path: Path) -> None
     assert jax.tree.structure(resumed) == jax.tree.structure(whole)
     for a, b in zip(jax.tree.leaves(resumed), jax.tree.leaves(whole), strict=True):
         np.testing.assert_array_equal(a, b)
+    # the run evaluates, loads and exports with its memory
+    assert main(["evaluate", str(tmp_path / "whole"), "--episodes", "4"]) == 0
+    acting = jf.load_policy(tmp_path / "whole", greedy=False)
+    exported = jax.export.deserialize(bytearray(jf.export_policy(tmp_path / "whole", tmp_path / "policy.jax",
+                                                                  greedy=False).read_bytes()))
+    obs, memory = np.random.default_rng(0).normal(size=(3, 2)).astype(np.float32), acting.blank(3)
+    for t in range(3):
+        key = jax.random.PRNGKey(t)
+        (action, after), (exported_action, exported_after) = acting.act(obs, memory, key), exported.call(obs, memory, key)
+        np.testing.assert_array_equal(action, exported_action)
+        np.testing.assert_allclose(after, exported_after, rtol=1e-6)
+        memory = after
+    assert np.abs(memory).sum() > 0

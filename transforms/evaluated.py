@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -25,7 +25,6 @@ from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
 
 PyTree = Any
-PolicyFn = Callable[[jax.Array, jax.Array], jax.Array]
 EPISODES_MAX = 1_000_000  # episodes of one evaluation
 ENVS_MAX = 256  # environments stepped at once; more episodes run as several in a row in each
 STEPS_MAX = 1_000_000  # steps of each environment before an evaluation gives up on episodes that do not end
@@ -49,13 +48,14 @@ def layout(episodes: int, envs_max: int = ENVS_MAX) -> tuple[int, int]:
     return num_envs, math.ceil(episodes / num_envs)
 
 
-def play(env: envs.Env, act: PolicyFn, key: jax.Array, each: int, max_steps: int = STEPS_MAX) -> Played:
-    """Every environment of the batched ``env``, reset from ``key``, playing ``act`` until
-    it has ended ``each`` episodes (or taken ``max_steps`` steps), in one ``while_loop``.
+def play(env: envs.Env, acting: envs.Acting, key: jax.Array, each: int, max_steps: int = STEPS_MAX) -> Played:
+    """Every environment of the batched ``env``, reset from ``key``, playing ``acting``
+    (its memory carried, forgotten where an episode ends) until it has ended ``each``
+    episodes (or taken ``max_steps`` steps), in one ``while_loop``.
 
     Args:
-        env: A batched traceable environment with episode statistics (``envs.make``'s).
-        act: ``act(obs [N, ...], key) -> actions [N, ...]`` (``Recipe.policy_fn``).
+        env: A batched environment with episode statistics (``envs.make``'s).
+        acting: The policy (``Recipe.acting``).
         key: The key of the resets, the steps and the policy's draws.
         each: Episodes kept per environment.
         max_steps: Steps per environment after which episodes that have not ended are
@@ -66,23 +66,25 @@ def play(env: envs.Env, act: PolicyFn, key: jax.Array, each: int, max_steps: int
     key, k_reset = jax.random.split(key)
     env_state, obs = env.reset(k_reset)
     zeros = jnp.zeros((num_envs, each), jnp.float32)
-    carry = (env_state, obs, key, jnp.zeros(num_envs, jnp.int32), zeros, zeros.astype(jnp.int32), jnp.int32(0))
+    carry = (env_state, obs, acting.blank(num_envs), key, jnp.zeros(num_envs, jnp.int32), zeros,
+             zeros.astype(jnp.int32), jnp.int32(0))
 
     def unfinished(carry: tuple[Any, ...]) -> jax.Array:
-        ended, steps = carry[3], carry[6]
+        ended, steps = carry[4], carry[7]
         return (ended < each).any() & (steps < max_steps)
 
     def one_step(carry: tuple[Any, ...]) -> tuple[Any, ...]:
-        env_state, obs, key, ended, returns, lengths, steps = carry
+        env_state, obs, memory, key, ended, returns, lengths, steps = carry
         key, k_act, k_env = jax.random.split(key, 3)
-        env_state, ts = env.step(k_env, env_state, act(obs, k_act))
+        action, memory = acting.act(obs, memory, k_act)
+        env_state, ts = env.step(k_env, env_state, action)
         counted = ts.info.get("episode_done", ts.done) & (ended < each)
         at = jnp.minimum(ended, each - 1)
         returns = returns.at[rows, at].set(jnp.where(counted, ts.info["episode_return"], returns[rows, at]))
         lengths = lengths.at[rows, at].set(jnp.where(counted, ts.info["episode_length"], lengths[rows, at]))
-        return env_state, ts.obs, key, ended + counted, returns, lengths, steps + 1
+        return (env_state, ts.obs, envs.forget(memory, ts.done), key, ended + counted, returns, lengths, steps + 1)
 
-    _, _, _, ended, returns, lengths, _ = jax.lax.while_loop(unfinished, one_step, carry)
+    ended, returns, lengths = jax.lax.while_loop(unfinished, one_step, carry)[4:7]
     return Played(ended, returns, lengths)
 
 
@@ -110,7 +112,7 @@ class Schedule:
 @struct.dataclass
 class Evaluated(Algorithm):
     """``algorithm`` that also plays ``episodes`` greedy episodes of its current policy
-    (``policy_fn(state, True)``) after every ``every``-th iteration, on fresh copies of
+    (``acting(state, True)``) after every ``every``-th iteration, on fresh copies of
     its environment (``layout``, ``play``), inside its compiled training program. The
     copies are ``envs.make``'s of the environment's name, with its default options, as
     ``jaxrl_frag.evaluation.evaluate`` plays on.
@@ -132,7 +134,7 @@ class Evaluated(Algorithm):
     every device plays every episode, and no collective is added.
     """
 
-    algorithm: Any  # a Recipe, or any algorithm with ``env`` and ``policy_fn``
+    algorithm: Any  # a Recipe, or any algorithm with ``env`` and ``acting``
     env: envs.Env = static_field()  # the evaluation's environments, ``layout(episodes)[0]`` of them
     state_type: type = static_field()  # the algorithm's state class, rebuilt from its fields
     every: int = static_field()  # iterations between evaluations
@@ -145,8 +147,8 @@ class Evaluated(Algorithm):
         check_count("eval_every", every, INT32_MAX, "iterations are counted in int32")
         check_count("eval_episodes", episodes, EPISODES_MAX, "evaluate more often instead")
         env = getattr(algorithm, "env", None)
-        check(env is not None and hasattr(algorithm, "policy_fn"), "eval_every", every,
-              f"{type(algorithm).__name__} has no policy_fn to act with (boosted runs have none yet): drop --eval-every")
+        check(env is not None and hasattr(algorithm, "acting"), "eval_every", every,
+              f"{type(algorithm).__name__} has no policy to act with (boosted runs have none yet): drop --eval-every")
         check(env.capabilities.traceable, "eval_every", every,
               f"{env.name} runs outside the compiled program (a host environment), and evaluation during training "
               "runs inside it: drop --eval-every, and evaluate the run afterwards with jaxrl-frag evaluate")
@@ -154,7 +156,7 @@ class Evaluated(Algorithm):
               f"{type(algorithm).__name__} acts for agents on an axis; evaluation during training takes single-agent "
               "recipes so far: drop --eval-every")
         state = jax.eval_shape(algorithm.init, jax.ShapeDtypeStruct((2,), jnp.uint32))
-        algorithm.policy_fn(state, True)  # its own ConfigError, before anything is traced, where it cannot act
+        algorithm.acting(state, True)  # its own ConfigError, before anything is traced, where it cannot act
         check((dataclasses.is_dataclass(state) or isinstance(state, Mapping)) and EVALUATION not in _fields(state),
               "eval_every", every, f"{type(algorithm).__name__}'s state must be a dataclass or a dict without a field "
               f"{EVALUATION!r} to be evaluated during training")
@@ -196,7 +198,7 @@ class Evaluated(Algorithm):
 
         def played(_: None) -> Metrics:
             returns, lengths, complete = first(
-                play(self.env, self.algorithm.policy_fn(state, True), key, layout(self.episodes)[1]), self.episodes)
+                play(self.env, self.algorithm.acting(state, True), key, layout(self.episodes)[1]), self.episodes)
             counted = complete.astype(jnp.float32)
             return {"eval_count": counted.sum(), "eval_return_sum": (returns * counted).sum(),
                     "eval_length_sum": (lengths * counted).sum()}
