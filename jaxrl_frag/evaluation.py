@@ -65,10 +65,9 @@ def restore(run_dir: str | Path, member: int | None = None) -> Trained:
 
     Raises:
         ConfigError: Where ``run_dir`` holds no run or no usable checkpoint, or a run
-            this cannot act for (actor-learner policy, multi-agent environments),
+            this cannot act for (the actor-learner policy's),
             or ``member`` is not one of the run's.
     """
-    from jaxrl_frag import recipes
     from jaxrl_frag.checkpoints import Checkpoints
     from jaxrl_frag.cli.algorithm import make_algorithm
     from jaxrl_frag.cli.resume import saved_train_args
@@ -81,8 +80,6 @@ def restore(run_dir: str | Path, member: int | None = None) -> Trained:
     check(policy != "actor-learner", "policy", policy,
           "the actor-learner policy's checkpoints hold its pipeline, which is not restored onto one device yet; "
           "evaluate a run of the single, data-parallel or population policy")
-    check(not recipes.get(settings["recipe"]).multi_agent, "recipe", settings["recipe"],
-          "acts for agents on an axis; evaluating and exporting take single-agent runs so far")
     size = config.get("members")
     if size is None:
         check(member in (None, 0), "member", member, "the run is not a population (it has one member): drop --member")
@@ -202,13 +199,14 @@ def record_episode(trained: Trained, greedy: bool, seed: int, limit: int) -> tup
     return jax.tree.map(lambda x: x[:end], states), rewards[:end]
 
 
-def _observation(trained: Trained) -> jax.ShapeDtypeStruct:
-    """The shape and dtype of one observation of the run's environment."""
+def _observation(trained: Trained) -> PyTree:
+    """The shapes and dtypes of one observation of the run's environment (a pytree for
+    agents on an axis: ``envs.AgentObs``)."""
     from jaxrl_frag import envs
 
     env = envs.make(trained.recipe.env.name, num_envs=1)
     obs = jax.eval_shape(env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))[1]
-    return jax.ShapeDtypeStruct(obs.shape[1:], obs.dtype)
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), obs)
 
 
 def load_policy(run_dir: str | Path, greedy: bool = True, member: int | None = None) -> PolicyFn | Acting:
@@ -223,7 +221,9 @@ def load_policy(run_dir: str | Path, greedy: bool = True, member: int | None = N
         ``act(obs, key) -> action``: one observation (the environment's observation
         shape, as the environment gives it) and a key give one action; a batch
         ``[N, ...]`` of them and one key give ``[N, ...]`` actions. Keys are raw
-        ``uint32[2]`` (``jax.random.PRNGKey``). A recurrent policy's run gives an
+        ``uint32[2]`` (``jax.random.PRNGKey``). Agents on an axis observe an
+        ``envs.AgentObs`` (one, or a batch) and get an action per agent. A recurrent
+        policy's run gives an
         ``Acting`` instead: ``blank(N)``, the memory of ``N`` environments before their
         first step, and the jitted ``act(obs [N, ...], memory, key) -> (actions, memory
         after)``, whose memory the caller carries from step to step (zeroed with
@@ -233,13 +233,13 @@ def load_policy(run_dir: str | Path, greedy: bool = True, member: int | None = N
     acting = trained.acting(greedy)
     if trained.recurrent:
         return Acting(acting.blank, jax.jit(acting.act))
-    rank = len(_observation(trained).shape)
+    rank = len(jax.tree.leaves(_observation(trained))[0].shape)
 
-    def act_any(obs: jax.Array, key: jax.Array) -> jax.Array:
-        obs = jnp.asarray(obs)
-        batch = obs if obs.ndim > rank else obs[None]
-        actions = acting.act(batch, (), key)[0]
-        return actions if obs.ndim > rank else actions[0]
+    def act_any(obs: PyTree, key: jax.Array) -> jax.Array:
+        obs = jax.tree.map(jnp.asarray, obs)
+        batched = jax.tree.leaves(obs)[0].ndim > rank
+        actions = acting.act(obs if batched else jax.tree.map(lambda x: x[None], obs), (), key)[0]
+        return actions if batched else actions[0]
 
     return jax.jit(act_any)
 
@@ -261,7 +261,8 @@ def export_policy(run_dir: str | Path, path: str | Path, greedy: bool = True, me
 
     Returns:
         ``path``. The exported function takes a batch of observations ``[N, ...]`` (any
-        ``N``, the environment's dtype) and one raw ``uint32[2]`` key, and returns the
+        ``N``, the environment's dtype; agents on an axis: the tuple of an
+        ``envs.AgentObs``'s fields) and one raw ``uint32[2]`` key, and returns the
         ``[N, ...]`` actions that ``load_policy``'s gives. A recurrent policy's takes
         ``(obs, memory, key)`` and returns ``(actions, memory after)``, as
         ``load_policy``'s ``act`` (the memory before the first step: zeros, of the
@@ -270,14 +271,21 @@ def export_policy(run_dir: str | Path, path: str | Path, greedy: bool = True, me
     trained = restore(run_dir, member)
     acting, one = trained.acting(greedy), _observation(trained)
     (batch,) = jax.export.symbolic_shape("batch")
-    obs = jax.ShapeDtypeStruct((batch, *one.shape), one.dtype)
+    # an observation of several arrays (AgentObs) goes in as the tuple of its leaves: jax alone can load that
+    leaves, tree = jax.tree.flatten(jax.tree.map(lambda x: jax.ShapeDtypeStruct((batch, *x.shape), x.dtype), one))
+    obs = leaves[0] if len(leaves) == 1 else tuple(leaves)
+
+    def observation(obs: Any) -> PyTree:
+        return tree.unflatten([obs] if len(leaves) == 1 else list(obs))
+
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)
     if trained.recurrent:
         memory = jax.tree.map(lambda m: jax.ShapeDtypeStruct((batch, *m.shape[1:]), m.dtype),
                               jax.eval_shape(lambda: acting.blank(1)))
-        exported = jax.export.export(jax.jit(acting.act))(obs, memory, key)
+        exported = jax.export.export(jax.jit(lambda obs, memory, key: acting.act(observation(obs), memory, key)))(
+            obs, memory, key)
     else:
-        exported = jax.export.export(jax.jit(lambda obs, key: acting.act(obs, (), key)[0]))(obs, key)
+        exported = jax.export.export(jax.jit(lambda obs, key: acting.act(observation(obs), (), key)[0]))(obs, key)
     path = Path(path)
     try:
         path.write_bytes(exported.serialize())

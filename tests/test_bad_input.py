@@ -301,7 +301,6 @@ CASES = [
     ([*TRAIN, "--eval-episodes", "5"], ["eval_episodes=5", "give --eval-every too"]),
     (["train", "ppo", "--env", "gymnasium:CartPole-v1", "--eval-every", "5"],
      ["eval_every=5", "host environment", "jaxrl-frag evaluate"]),
-    (["train", "ippo", "--env", SPREAD, "--eval-every", "5"], ["eval_every=5", "single-agent recipes"]),
     ([*NITRO, "--eval-every", "5"], ["eval_every=5", "no policy to act with", "boosted"]),
 ]
 

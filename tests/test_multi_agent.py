@@ -149,6 +149,33 @@ def test_a_multi_agent_run_resumes_exactly(smax_run) -> None:
     np.testing.assert_array_equal(resumed["episode_won"], whole["episode_won"][2:])
 
 
+def test_a_multi_agent_run_evaluates_loads_and_exports(tmp_path: Path) -> None:
+    """``evaluate`` plays complete team episodes (MPE's end at its time limit: JaxMARL's
+    ends an episode at the step taken once 25 were, its 26th); ``load_policy`` acts on
+    one ``AgentObs`` or a batch, an action per agent; the exported policy (the
+    observation's fields as a tuple) gives the same actions; ``--eval-every`` reports
+    the team's greedy return."""
+    from jaxrl_frag.cli import main
+
+    run_dir = tmp_path / "ippo"
+    assert main(["train", "ippo", "--env", MPE, "--num-envs", "4", "--num-steps", "8", "--total-steps", "64",
+                 "--num-minibatches", "2", "--eval-every", "1", "--eval-episodes", "2", "--run-dir", str(run_dir)]) == 0
+    metrics = (run_dir / "metrics.csv").read_text().splitlines()
+    eval_return = metrics[0].split(",").index("eval_return")
+    assert all(np.isfinite(float(row.split(",")[eval_return])) for row in metrics[1:])
+    assert main(["evaluate", str(run_dir), "--episodes", "4"]) == 0
+    rows = (run_dir / "eval.csv").read_text().splitlines()[1:]
+    assert len(rows) == 4 and all(row.endswith(",26") for row in rows), rows
+    obs = random_steps(envs.make(MPE, num_envs=5), 1)[0]
+    batch = jax.tree.map(lambda x: x[0], obs)  # the 5 environments' first observations
+    act, key = jf.load_policy(run_dir), jax.random.PRNGKey(0)
+    actions = np.asarray(act(batch, key))
+    assert actions.shape == (5, 3)
+    np.testing.assert_array_equal(act(jax.tree.map(lambda x: x[2], batch), key), actions[2])
+    exported = jax.export.deserialize(bytearray(jf.export_policy(run_dir, tmp_path / "policy.jax").read_bytes()))
+    np.testing.assert_array_equal(exported.call(tuple(batch), key), actions)
+
+
 @pytest.mark.learning
 def test_ippo_learns_simple_spread() -> None:
     """Uniformly random actions score -27.8 on MPE_simple_spread_v3 (960 episodes); at

@@ -152,9 +152,6 @@ class Evaluated(Algorithm):
         check(env.capabilities.traceable, "eval_every", every,
               f"{env.name} runs outside the compiled program (a host environment), and evaluation during training "
               "runs inside it: drop --eval-every, and evaluate the run afterwards with jaxrl-frag evaluate")
-        check(not getattr(algorithm, "multi_agent", False), "eval_every", every,
-              f"{type(algorithm).__name__} acts for agents on an axis; evaluation during training takes single-agent "
-              "recipes so far: drop --eval-every")
         state = jax.eval_shape(algorithm.init, jax.ShapeDtypeStruct((2,), jnp.uint32))
         algorithm.acting(state, True)  # its own ConfigError, before anything is traced, where it cannot act
         check((dataclasses.is_dataclass(state) or isinstance(state, Mapping)) and EVALUATION not in _fields(state),
