@@ -1,12 +1,14 @@
 """``evaluate --video``: one episode of a trained policy drawn frame by frame from the
-environment's state (with PIL, which matplotlib brings) into an animated GIF, at the
-environment's own pace. gymnax draws its classic-control environments through
-Gymnasium's renderer, which needs pygame; these few lines need nothing more."""
+environment's state (with PIL, which matplotlib brings) into an animated GIF or an
+H.264 MP4 (with PyAV, FFmpeg's bindings), at the environment's own pace. gymnax draws
+its classic-control environments through Gymnasium's renderer, which needs pygame;
+these few lines need nothing more."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -53,15 +55,21 @@ RENDERERS: dict[str, tuple[Callable[[Any, Any], Image.Image], Callable[[Any], fl
 }
 
 
+# the files --video writes, by suffix: what such a file's first bytes hold (an existing one is replaced only if they do)
+FORMATS: dict[str, Callable[[bytes], bool]] = {".gif": lambda head: head[:4] == b"GIF8",
+                                               ".mp4": lambda head: head[4:8] == b"ftyp"}
+
+
 def check_video(path: Path, env_id: str) -> None:
-    """Raise ``ConfigError`` unless an episode of ``env_id`` can be drawn into the GIF ``path``
-    (an existing file there is replaced only if it is a GIF)."""
-    check(path.suffix.lower() == ".gif", "video", str(path), "writes an animated GIF: give a path ending in .gif")
+    """Raise ``ConfigError`` unless an episode of ``env_id`` can be drawn into ``path``, a
+    GIF or an MP4 (an existing file there is replaced only if it is one of that kind)."""
+    kind = path.suffix.lower()
+    check(kind in FORMATS, "video", str(path), "writes an animated GIF or an MP4: give a path ending in .gif or .mp4")
     check(env_id in RENDERERS, "video", str(path),
           f"the environment {env_id} cannot be drawn; --video draws {', '.join(RENDERERS)}: drop --video")
     check(path.parent.is_dir(), "video", str(path), f"{path.parent} is not a directory: give a path in an existing one")
-    check(not path.exists() or (path.is_file() and path.read_bytes()[:4] == b"GIF8"), "video", str(path),
-          "exists and is not a GIF, which --video would replace: give another path")
+    check(not path.exists() or (path.is_file() and FORMATS[kind](path.read_bytes()[:8])), "video", str(path),
+          f"exists and is not {'a GIF' if kind == '.gif' else 'an MP4'}, which --video would replace: give another path")
 
 
 def write_video(trained: Trained, path: Path, greedy: bool, seed: int) -> tuple[int, float]:
@@ -80,12 +88,27 @@ def write_video(trained: Trained, path: Path, greedy: bool, seed: int) -> tuple[
         frames.append(frame)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        frames[0].save(tmp, format="GIF", save_all=True, append_images=frames[1:],
-                       duration=round(1000 * seconds(params)), loop=0)
+        if path.suffix.lower() == ".gif":
+            frames[0].save(tmp, format="GIF", save_all=True, append_images=frames[1:],
+                           duration=round(1000 * seconds(params)), loop=0)
+        else:
+            _mp4(frames, tmp, Fraction(1 / seconds(params)).limit_denominator(1000))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return len(frames), float(np.sum(rewards))
+
+
+def _mp4(frames: list[Image.Image], path: Path, rate: Fraction) -> None:
+    """``frames`` at ``rate`` per second into an H.264 MP4 at ``path``."""
+    import av
+
+    with av.open(str(path), "w", format="mp4") as out:
+        stream = out.add_stream("h264", rate=rate)
+        stream.width, stream.height, stream.pix_fmt = *SIZE, "yuv420p"
+        for frame in frames:
+            out.mux(stream.encode(av.VideoFrame.from_image(frame)))
+        out.mux(stream.encode())
 
 
 def _at(states: Any, t: int) -> Any:

@@ -287,7 +287,8 @@ CASES = [
     (["evaluate", "{existing}", "--seed", "-1"], ["seed=-1", "zero or a positive integer"]),
     (["evaluate", "{existing}", "--member", "1"], ["member=1", "not a population", "drop --member"]),
     (["evaluate", "{existing}", "--greedy", "--sample"], ["--sample", "not allowed with argument --greedy"]),
-    (["evaluate", "{existing}", "--video", "episode.mp4"], ["video='episode.mp4'", "ending in .gif"]),
+    (["evaluate", "{existing}", "--video", "episode.avi"], ["video='episode.avi'", "ending in .gif or .mp4"]),
+    (["evaluate", "{existing}", "--video", "{file}.mp4"], ["video=", "exists and is not an MP4"]),
     (["evaluate", "{configured}", "--video", "episode.gif"],
      ["video='episode.gif'", "Acrobot-v1 cannot be drawn", "CartPole-v1, Pendulum-v1", "drop --video"]),
     (["evaluate", "{existing}", "--video", "{file}.gif"], ["video=", "exists and is not a GIF"]),
@@ -315,6 +316,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (root / "empty").mkdir()
     (root / "file").write_text("not a directory\n")
     (root / "file.gif").write_text("not a GIF\n")
+    (root / "file.mp4").write_text("not an MP4\n")
     config = json.loads((existing / "config.json").read_text())
     config["settings"]["env"] = "Acrobot-v1"
     (root / "configured").mkdir()

@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import av
 import jax
 import numpy as np
 import pytest
@@ -34,7 +35,7 @@ def _files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_evaluate_writes_eval_csv_and_a_gif_and_changes_nothing_else(
+def test_evaluate_writes_eval_csv_a_gif_and_an_mp4_and_changes_nothing_else(
         tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = _files(tiny_run)
     gif = tmp_path / "episode.gif"
@@ -54,6 +55,13 @@ def test_evaluate_writes_eval_csv_and_a_gif_and_changes_nothing_else(
     with Image.open(gif) as image:
         frames, size = image.n_frames, image.size
     assert size == (400, 240) and f"one episode, {frames} steps, return {frames:.2f}" in out, out
+    # the same episode as an H.264 MP4, a frame a step at CartPole's 50 steps a second
+    mp4 = tmp_path / "episode.mp4"
+    assert main(["evaluate", str(tiny_run), "--episodes", "5", "--video", str(mp4)]) == 0
+    with av.open(str(mp4)) as video:
+        stream = video.streams.video[0]
+        assert (stream.codec_context.name, stream.width, stream.height, stream.average_rate) == ("h264", 400, 240, 50)
+        assert sum(1 for _ in video.decode(stream)) == frames
     # a second evaluation replaces its own eval.csv
     assert main(["evaluate", str(tiny_run), "--episodes", "3", "--sample", "--seed", "1"]) == 0
     assert len((tiny_run / "eval.csv").read_text().splitlines()) == 4

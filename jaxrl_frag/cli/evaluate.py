@@ -23,8 +23,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=flags.parse_int, default=0, help="seed of the environments and draws (default 0)")
     parser.add_argument("--member", type=flags.parse_int, default=None,
                         help="a population's member to evaluate (default 0)")
-    parser.add_argument("--video", type=Path, default=None, metavar="PATH.gif",
-                        help="also draw one episode into this animated GIF (CartPole-v1, Pendulum-v1)")
+    parser.add_argument("--video", type=Path, default=None, metavar="PATH.gif|PATH.mp4",
+                        help="also draw one episode into this animated GIF or MP4 (CartPole-v1, Pendulum-v1)")
 
 
 def evaluate(args: argparse.Namespace) -> int:
