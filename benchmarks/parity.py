@@ -10,8 +10,10 @@ one after another where it is a host environment. Its final return is, per seed,
 mean episode return over the last 10% of the environment steps (the training policy's
 episodes); the table gives the mean over seeds and a 95% bootstrap interval, and
 steps/s of training after compiling, all seeds together. ``--steps`` runs a shorter
-budget than the row's (a CPU stand-in for an accelerator row); the table then says so.
-Rows never run read "not measured".
+budget than the row's (a CPU stand-in for an accelerator row); the table then says so and,
+where the reference published a curve (``parity/references/ROW.json``: its steps and
+returns, with their source), gives the curve's value at the steps run. Rows never run
+read "not measured".
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from minatar import GYMNAX_BLINES  # gymnax-blines' PPO for MinAtar, with its so
 
 HERE = Path(__file__).parent
 OUT = HERE / "parity"
+CURVES = OUT / "references"
 RESULTS = HERE / "RESULTS.md"
 BEGIN, END = "<!-- parity table: begin -->", "<!-- parity table: end -->"
 
@@ -117,7 +120,7 @@ ROWS = (
           metric=metric)
       for recipe, tag, env, metric, reference in (
           ("IPPO", "mpe-spread", "jaxmarl:MPE_simple_spread_v3", "episode_return",
-           "JaxMARL's ippo_ff_mpe.py at the same settings, run here (benchmarks/RESULTS.md)"),
+           "-22.8 at 2e6 (JaxMARL's ippo_ff_mpe.py, seed 0, run here; ours -19.5 at 2e6: RESULTS.md)"),
           ("MAPPO", "mpe-spread", "jaxmarl:MPE_simple_spread_v3", "episode_return",
            "JaxMARL's paper: a curve only"),
           ("IPPO", "smax-3m", "jaxmarl:SMAX_3m", "episode_won", "JaxMARL's paper: a curve only"),
@@ -169,6 +172,15 @@ def run(row: Row, seeds: int, steps: int | None) -> dict[str, Any]:
             "command": " ".join(["python", "benchmarks/parity.py", *sys.argv[1:]])}
 
 
+def reference_at(row: Row, steps: int) -> str:
+    """The reference's curve at ``steps`` (interpolated), or "" where it published none."""
+    path = CURVES / f"{row.name}.json"
+    if not path.exists():
+        return ""
+    curve = json.loads(path.read_text())
+    return f"; its curve at {steps:,}: {np.interp(steps, curve['steps'], curve['returns']):,.1f}"
+
+
 def table() -> str:
     """The parity table, one line per row, from what ``run`` wrote."""
     lines = ["| recipe | environment | steps | seeds | final return (SMAX: win rate), mean [95% CI] | reference | published in | "
@@ -178,14 +190,15 @@ def table() -> str:
         if path.exists():
             r = json.loads(path.read_text())
             steps = f"{r['env_steps']:,}" + (f" (of {row.steps:,})" if r["reduced"] else "")
+            reference = row.reference + (reference_at(row, r["env_steps"]) if r["reduced"] else "")
             result = (f"win rate {r['mean']:.2f} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]" if row.metric == "episode_won"
                       else f"{r['mean']:.1f} [{r['ci'][0]:.1f}, {r['ci'][1]:.1f}]")
             speed = f"{r['steps_per_s']:,.0f} ({r['device']})"
             seeds = str(r["seeds"])
         else:
-            steps, seeds, speed = f"{row.steps:,}", str(row.seeds), "-"
+            steps, seeds, speed, reference = f"{row.steps:,}", str(row.seeds), "-", row.reference
             result = "not measured" + (" (accelerator row; no GPU lent)" if row.accelerator else "")
-        lines.append(f"| {row.recipe.lower()} | {row.env} | {steps} | {seeds} | {result} | {row.reference} | "
+        lines.append(f"| {row.recipe.lower()} | {row.env} | {steps} | {seeds} | {result} | {reference} | "
                      f"{row.source} | {speed} |")
     return "\n".join(lines)
 
