@@ -26,6 +26,7 @@ def step(algorithm: Algorithm, state: PyTree) -> tuple[PyTree, Metrics]:
 
 
 def resumed(algorithm: Algorithm, state: PyTree) -> PyTree:
+    """``Algorithm.resumed``, as a function of the algorithm (jit's first argument)."""
     return algorithm.resumed(state)
 
 

@@ -17,6 +17,7 @@ import gymnasium
 import jax
 import numpy as np
 import pytest
+from processes import wait_for, workers_of
 
 import jaxrl_frag as jf
 from jaxrl_frag.checkpoints import Checkpoints
@@ -100,21 +101,6 @@ def test_a_resumed_run_starts_its_environments_afresh_and_the_rest_exactly(tmp_p
     assert [row["iteration"] for row in continued[0].rows] == [4.0]
 
 
-def _workers_of(pid: int) -> list[int]:
-    """The host environment workers that process ``pid`` started."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-                command = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"host_worker.py" in command:
-                found.append(int(entry.name))
-    return sorted(found)
-
-
 @pytest.mark.slow
 def test_a_killed_worker_stops_the_run_naming_its_environments(tmp_path: Path) -> None:
     """SIGKILL one of four workers mid-run: the CLI exits with status 4 within seconds,
@@ -126,11 +112,8 @@ def test_a_killed_worker_stops_the_run_naming_its_environments(tmp_path: Path) -
                              "4", "--checkpoint-every", "4", "--run-dir", str(run_dir)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 240
-        while not (run_dir / "checkpoints" / "8").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
-            time.sleep(0.2)
-        workers = _workers_of(proc.pid)
+        wait_for(run_dir / "checkpoints" / "8", proc, 240)
+        workers = workers_of(proc.pid)
         assert len(workers) == 4
         os.kill(workers[1], signal.SIGKILL)
         killed = time.monotonic()

@@ -13,6 +13,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from processes import children, wait_for, workers_of
 from saved_state import read_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,21 +122,6 @@ def test_host_environments_across_two_processes_learn_and_equal_one_process(tmp_
     assert_same_rows(ones, twos)
 
 
-def children(pid: int) -> list[tuple[int, bytes, bytes]]:
-    """``(pid, command line, environment)`` of each child of process ``pid``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat, command = (entry / "stat").read_text(), (entry / "cmdline").read_bytes()
-                environ = (entry / "environ").read_bytes()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append((int(entry.name), command, environ))
-    return found
-
-
 @pytest.mark.long
 def test_a_killed_worker_of_process_1_stops_every_process_and_resume_continues(tmp_path: Path) -> None:
     """Host environments under data-parallel, one device per process: SIGKILL a worker of
@@ -150,12 +136,9 @@ def test_a_killed_worker_of_process_1_stops_every_process_and_resume_continues(t
     proc = subprocess.Popen([*launch, *train], env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
-        deadline = time.monotonic() + 300
-        while not (run_dir / "checkpoints" / "8").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
-            time.sleep(0.2)
+        wait_for(run_dir / "checkpoints" / "8", proc, 300)
         (second,) = [pid for pid, _, environ in children(proc.pid) if b"JAXRL_FRAG_PROCESS_ID=1" in environ]
-        workers = [pid for pid, command, _ in children(second) if b"host_worker.py" in command]
+        workers = workers_of(second)
         assert len(workers) == 2
         os.kill(workers[1], signal.SIGKILL)
         killed = time.monotonic()
