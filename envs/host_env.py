@@ -28,14 +28,13 @@ import dataclasses
 import functools
 import logging
 import os
-import sys
 from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_frag import primitives
+from jaxrl_frag import distributed, primitives
 from jaxrl_frag.bounds import divisors
 from jaxrl_frag.envs.core import Act, Box, Capabilities, Discrete, Ended, Env, PyTree, Space, Steps, TimeStep
 from jaxrl_frag.envs.host_pool import FAMILIES, EnvPool, EnvWorkerError, HostEnvPool, HostStep, InProcessPool, environments
@@ -303,14 +302,11 @@ class HostEnv(Env):
 
 def _exit_every_process(error: EnvWorkerError) -> NoReturn:
     """A worker failed in a run of several processes: the others wait for this one inside
-    the program's collectives, so no process can end its program cleanly. This one names
-    the worker and exits with status 4 at once (``ENV_WORKER_FAILED``), as if killed: the
-    checkpoints already written are kept, and ``launch/local.sh`` (or, elsewhere, jax's
-    heartbeat) stops the others."""
-    print(f"jaxrl-frag: error: process {jax.process_index()}: {error}; the run stopped in every process: resume it "
-          "from its last checkpoint with jaxrl-frag resume RUN_DIR (the environments start afresh)",
-          file=sys.stderr, flush=True)
-    os._exit(ENV_WORKER_FAILED)
+    the program's collectives, so no process can end its program cleanly. Every process
+    names the worker and exits with status 4 at once (``ENV_WORKER_FAILED``), as if
+    killed: the checkpoints already written are kept."""
+    distributed.stop_everywhere(f"{error}; the run stopped in every process: resume it from its last checkpoint with "
+                                "jaxrl-frag resume RUN_DIR (the environments start afresh)", ENV_WORKER_FAILED)
 
 
 def _cat(first: Any, rest: Any) -> Any:

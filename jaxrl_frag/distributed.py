@@ -9,15 +9,29 @@ collectives run over gloo. It must run before jax's first operation. After it,
 ``jax.devices()`` lists every process's devices, so a policy's mesh spans hosts;
 programs are global SPMD programs, so each process computes its own share of the
 environments from the same key, and only process 0 writes files.
+
+A process that must end the whole run (``stop_everywhere``: a host environment's worker
+died, say) publishes why in the runtime's key-value store; every process watches it
+from a thread (started by ``initialize``), so one waiting inside a collective for the
+failed process, where nothing else reaches it, still prints the reason and exits with
+the same status.
 """
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import sys
+import threading
+from typing import Any, NoReturn
 
 import jax
 
 from jaxrl_frag.errors import ConfigError, check
+
+STOP_KEY = "jaxrl_frag/stop"  # the key-value store's entry that ends the run in every process
+_ENDING = threading.Event()  # set as the process ends: the watching thread returns
 
 ENV_COORDINATOR = "JAXRL_FRAG_COORDINATOR"
 ENV_NUM_PROCESSES = "JAXRL_FRAG_NUM_PROCESSES"
@@ -63,7 +77,52 @@ def initialize(
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator, num_processes, process_id, initialization_timeout=120,
                                heartbeat_timeout_seconds=heartbeat_timeout_seconds)
+    watcher = threading.Thread(target=_watch, args=(_client(),), name="jaxrl-frag-stop-watch", daemon=True)
+    watcher.start()
+    atexit.register(_end_watch, watcher)  # before jax's own shutdown (atexit runs the latest first)
     return True
+
+
+def stop_everywhere(message: str, status: int) -> NoReturn:
+    """End a run of several processes from this one at once: every process (this one
+    too) prints ``jaxrl-frag: error: process I: ...`` with ``message`` to stderr and
+    exits with ``status``, however far each has got. Checkpoints already written are
+    kept; nothing else is cleaned up (the others may be inside a collective)."""
+    _client().key_value_set(STOP_KEY, json.dumps({"process": jax.process_index(), "message": message,
+                                                  "status": status}))
+    print(f"jaxrl-frag: error: process {jax.process_index()}: {message}", file=sys.stderr, flush=True)
+    os._exit(status)
+
+
+def _client() -> Any:
+    """The runtime's coordination client (its key-value store)."""
+    from jax._src.distributed import global_state
+
+    return global_state.client
+
+
+def _watch(client: Any) -> None:
+    """Wait for ``stop_everywhere`` in any process, then print its message and exit with its
+    status; return when the process ends (``_end_watch``) or the runtime is gone."""
+    while not _ENDING.is_set():
+        try:
+            stop = json.loads(client.blocking_key_value_get(STOP_KEY, 500))
+        except Exception as error:  # the wait timed out: wait again; anything else: the runtime is gone
+            if "DEADLINE_EXCEEDED" in str(error):
+                continue
+            return
+        if stop["process"] != jax.process_index():
+            print(f"jaxrl-frag: error: process {jax.process_index()}: stopped by process {stop['process']}: "
+                  f"{stop['message']}", file=sys.stderr, flush=True)
+            os._exit(stop["status"])
+        return
+
+
+def _end_watch(watcher: threading.Thread) -> None:
+    """Let the watching thread return before the runtime shuts down: a thread still
+    waiting inside the runtime's client when the process ends aborts it."""
+    _ENDING.set()
+    watcher.join()
 
 
 def is_main_process() -> bool:

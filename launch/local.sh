@@ -6,8 +6,10 @@
 #
 # Each process gets JAXRL_FRAG_COORDINATOR (127.0.0.1 and a free port),
 # JAXRL_FRAG_NUM_PROCESSES and JAXRL_FRAG_PROCESS_ID; jaxrl_frag.distributed reads
-# them. If any process fails, the others are stopped at once and this script
-# exits with that process's status, so a dead peer never leaves the rest hanging.
+# them. If any process fails, the others get GRACE seconds (default 5) to end
+# themselves (a run that stops everywhere, as for a dead environment worker, has each
+# print why and exit with the same status), then are killed, and this script exits
+# with the first failed process's status: a dead peer never leaves the rest hanging.
 set -uo pipefail
 if [ $# -lt 2 ] || ! [[ $1 =~ ^[1-9][0-9]*$ ]]; then
     echo "usage: launch/local.sh N COMMAND [ARG ...]  (N: number of processes)" >&2
@@ -15,7 +17,9 @@ if [ $# -lt 2 ] || ! [[ $1 =~ ^[1-9][0-9]*$ ]]; then
 fi
 n=$1; shift
 port=${JAXRL_FRAG_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+grace=${GRACE:-5}
 pids=()
+killer=
 for ((i = 0; i < n; i++)); do
     JAXRL_FRAG_COORDINATOR="127.0.0.1:$port" JAXRL_FRAG_NUM_PROCESSES="$n" JAXRL_FRAG_PROCESS_ID="$i" "$@" &
     pids+=($!)
@@ -30,9 +34,11 @@ while ((remaining > 0)); do
     if ((code != 0)) && ((status == 0)); then
         status=$code
         for ((i = 0; i < n; i++)); do
-            [ "${pids[$i]}" = "$done_pid" ] && echo "launch/local.sh: process $i exited with status $code; stopping the others" >&2
+            [ "${pids[$i]}" = "$done_pid" ] && echo "launch/local.sh: process $i exited with status $code; stopping the others (killed after ${grace} s)" >&2
         done
-        kill "${pids[@]}" 2>/dev/null
+        (sleep "$grace"; kill "${pids[@]}" 2>/dev/null) &
+        killer=$!
     fi
 done
+[ -n "$killer" ] && kill "$killer" 2>/dev/null
 exit $status
