@@ -195,6 +195,8 @@ def table() -> str:
             reference = row.reference + (reference_at(row, r["env_steps"]) if r["reduced"] else "")
             result = (f"win rate {r['mean']:.2f} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]" if row.metric == "episode_won"
                       else f"{r['mean']:.1f} [{r['ci'][0]:.1f}, {r['ci'][1]:.1f}]")
+            if not np.isfinite(r["mean"]):
+                result = "none: no episode ended within the steps run"
             speed = f"{r['steps_per_s']:,.0f} ({r['device']})"
             seeds = str(r["seeds"])
         else:

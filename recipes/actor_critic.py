@@ -5,13 +5,8 @@ of minibatch updates.
 A subclass adds its ``learn`` fragment (``learner`` role), its ``loss`` and its own
 settings; ``step`` is the same for every subclass: roll out, then learn from the rollout.
 
-With ``memory`` ``gru`` or ``lstm`` the network is recurrent (``RecurrentActorCritic``):
-its memory is part of the training state, batched along the environments like their
-observations, and forgotten (set to zeros) where an episode ended before the next step
-reads it. The trajectory records the memory each step was acted with; the learner
-trains on whole sequences (its minibatches are sets of environments), each unrolled
-from the memory its first step was acted with and forgetting it where an episode
-began within (truncated backpropagation through the rollout).
+With ``memory`` ``gru`` or ``lstm`` the network is recurrent (``RecurrentActorCritic``),
+its memory kept and replayed as ``recipes.memory`` describes.
 """
 
 from __future__ import annotations
@@ -26,20 +21,19 @@ from flax import struct
 
 from jaxrl_frag import envs, primitives
 from jaxrl_frag.algorithms import hyperparameter, static_field
-from jaxrl_frag.bounds import divisors
 from jaxrl_frag.envs.core import forget
 from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes.advantages import gae
 from jaxrl_frag.recipes.epochs import minibatch_epochs, updates_done
-from jaxrl_frag.recipes.networks import ACTIVATIONS, CELLS, ActorCritic, Categorical, Gaussian, RecurrentActorCritic
+from jaxrl_frag.recipes.memory import Recurrence, check_memory, check_memory_env, recurrence
+from jaxrl_frag.recipes.networks import ACTIVATIONS, ActorCritic, Categorical, Gaussian, RecurrentActorCritic
 from jaxrl_frag.recipes.recipe import PolicyFn, Recipe
 from jaxrl_frag.recipes.rollout import collect_with_memory
 
 PyTree = Any
 TORSOS = ("auto", "atari", "cnn", "mlp")
-MEMORIES = ("none", *CELLS)
 ATARI_PIXELS = 36  # the smallest image side the atari torso's three convolutions take
 
 
@@ -58,15 +52,6 @@ class Transition(NamedTuple):
     truncated: jax.Array
     final_value: jax.Array
     memory: PyTree = ()
-
-
-class Recurrence(NamedTuple):
-    """Where the sequences of environment-major samples ``[n, T, ...]`` start: the memory
-    each environment's first step was acted with (``[n, ...]``), and whether each step
-    ``[n, T]`` begins an episode (the memory forgotten before it)."""
-
-    start: PyTree
-    first: jax.Array
 
 
 class Lesson(NamedTuple):
@@ -122,12 +107,7 @@ class ActorCriticRecipe(Recipe):
               f"needs image observations (H, W, C); {env_id} observes shape {shape}: choose mlp or auto")
         check(torso != "atari" or min(shape[:2]) >= ATARI_PIXELS, "torso", torso,
               f"needs images of at least {ATARI_PIXELS}x{ATARI_PIXELS}; {env_id} observes {shape}: choose cnn or auto")
-        memory = settings["memory"]
-        check(memory == "none" or (len(shape) == 1 and torso in ("auto", "mlp")), "memory", memory,
-              f"recurrent networks read vector observations through MLPs; {env_id} observes shape {shape} (torso "
-              f"{torso}): choose --memory none")
-        check(memory == "none" or not envs.is_host(env_id), "memory", memory,
-              f"recurrent policies act on JAX environments; {env_id} runs on the host: choose --memory none")
+        check_memory_env(env_id, env, settings["memory"], torso)
         return env
 
     @classmethod
@@ -136,14 +116,7 @@ class ActorCriticRecipe(Recipe):
         check(s["torso"] in TORSOS, "torso", s["torso"],
               f"choose one of {', '.join(TORSOS)} (auto: atari or cnn for image observations, else mlp)")
         check(s["activation"] in ACTIVATIONS, "activation", s["activation"], f"choose one of {', '.join(ACTIVATIONS)}")
-        check(s["memory"] in MEMORIES, "memory", s["memory"],
-              f"choose one of {', '.join(MEMORIES)} (none: a feed-forward policy)")
-        if s["memory"] != "none":
-            check(not cls.multi_agent, "memory", s["memory"],
-                  f"{cls.__name__} acts with feed-forward networks only: choose --memory none")
-            check(s["num_envs"] % s["num_minibatches"] == 0, "num_minibatches", s["num_minibatches"],
-                  lambda: f"with memory a minibatch holds whole environments' sequences, so it must divide num_envs = "
-                          f"{s['num_envs']}; choose one of {divisors(s['num_envs'], 16)}")
+        check_memory(s)
         for name in ("ent_coef", "vf_coef"):
             check(s[name] >= 0, name, s[name], "must be zero or positive")
         if s["anneal_lr"]:  # the schedule reads the optimizer's update count
@@ -225,11 +198,7 @@ class ActorCriticRecipe(Recipe):
     def recurrence(self, traj: Transition) -> Recurrence | tuple[()]:
         """Where the environments' sequences of a time-major rollout start
         (``Recurrence``, environment-major), or ``()`` for a feed-forward network."""
-        if not self.recurrent:
-            return ()
-        done = traj.terminated | traj.truncated
-        first = jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]])
-        return Recurrence(jax.tree.map(lambda m: m[0], traj.memory), first.T)
+        return recurrence(traj.memory, traj.terminated, traj.truncated) if self.recurrent else ()
 
     def env_action(self, action: jax.Array) -> jax.Array:
         """The action sent to the environment: a continuous one clipped to its bounds."""
@@ -276,7 +245,7 @@ class ActorCriticRecipe(Recipe):
         env_state, obs = self.env.reset(k_env)
         if self.recurrent:
             memory = self.network.blank(self.num_envs)
-            params = self.network.init(k_net, memory, obs[:, None], jnp.zeros((self.num_envs, 1), bool))
+            params = self.network.init(k_net, memory, obs, method="step")
         else:
             memory, params = (), self.network.init(k_net, obs)
         return ActorCriticState(params, self.optimizer().init(params), env_state, obs, memory, key)
@@ -348,7 +317,8 @@ class ActorCriticRecipe(Recipe):
         contiguous, and ``recurrence`` ``()`` (feed-forward); or one whole sequence ``[N, T,
         ...]`` per environment from its ``Recurrence`` (recurrent)."""
         done = traj.terminated[-1] | traj.truncated[-1]
-        last_value = self.value_after(params, jax.tree.map(lambda m: m[-1], traj.memory), traj.obs[-1], done, last_obs)
+        last = jax.tree.map(lambda x: x[-1], (traj.memory, traj.obs))
+        last_value = self.value_after(params, *last, done, last_obs)
         advantages, targets = gae(traj.reward, traj.value, traj.terminated, traj.truncated, traj.final_value,
                                   last_value, self.gamma, gae_lambda)
         fields = (traj.obs, traj.action, traj.log_prob, traj.value, advantages, targets)

@@ -4,11 +4,13 @@ The agents' observations (``envs.AgentObs``), actions, rewards, terminations and
 truncations carry an agents axis after the environment batch, and everything of PPO
 (the rollout, GAE, the clipped losses, the minibatch epochs) runs unchanged on it:
 advantages per agent, minibatches of environment steps with every agent's sample of
-that step, losses averaged over agents. Only the network differs
-(``AgentsActorCritic``): parameters shared by every agent (with the agent's one-hot id
-appended to its inputs) or one set per agent, and for MAPPO a centralised critic on the
-global state. PQN-VDN is PQN's rollout and learner unchanged but for how a team's
-values are read: the team's value is the sum of its agents' (value decomposition).
+that step, losses averaged over agents; with ``memory`` the learner's minibatches are
+sets of environments with all their agents' sequences. Only the network differs
+(``AgentsActorCritic``, or ``AgentsRecurrentActorCritic`` with a memory per agent):
+parameters shared by every agent (with the agent's one-hot id appended to its inputs)
+or one set per agent, and for MAPPO a centralised critic on the global state. PQN-VDN
+is PQN's rollout and learner unchanged but for how a team's values are read: the
+team's value is the sum of its agents' (value decomposition).
 Like every recipe, no distribution code: each distribution policy splits the
 environment batch as it does for one agent.
 """
@@ -24,16 +26,23 @@ from flax import struct
 
 from jaxrl_frag.algorithms import static_field
 from jaxrl_frag.envs.core import AGENT_AXIS
-from jaxrl_frag.recipes.networks import AgentsActorCritic, AgentsQ
+from jaxrl_frag.errors import check
+from jaxrl_frag.recipes.networks import AgentsActorCritic, AgentsQ, AgentsRecurrentActorCritic
 from jaxrl_frag.recipes.ppo import PPO
 from jaxrl_frag.recipes.pqn import PQN, QTransition
 
 # JaxMARL's IPPO for MPE (baselines/IPPO/config/ippo_ff_mpe.yaml: 16 environments x 128 steps, 4 epochs of 4
 # minibatches, Adam 2.5e-4 annealed, 64x64 tanh networks), over 2e6 of its 1e7 steps: the return has levelled by then
 MPE_DEFAULTS = dict(num_envs=16, num_steps=128, total_steps=2_000_000)
-# SMAX at JaxMARL's budget, with feed-forward networks (its SMAX baselines are recurrent): 128x128 ReLU, and Adam 2e-3
-# (JaxMARL's MAPPO rate); MAPPO on 3m wins 79% of its battles after 1.5e6 steps here, 66% at 5e-4 (benchmarks/RESULTS.md)
-SMAX_DEFAULTS = dict(num_envs=64, num_steps=128, total_steps=10_000_000, lr=2e-3, hidden=(128, 128), activation="relu")
+# SMAX at the settings of JaxMARL's MAPPO (baselines/MAPPO/config/mappo_homogenous_rnn_smax.yaml): recurrent (a GRU
+# of 128 units between 128-unit ReLU layers), 128 environments x 128 steps, Adam 2e-3, clip 0.2, gradient norm 0.25,
+# and for IPPO an entropy bonus of 0.01 (MAPPO none). The memory was MAPPO's gap: on 3m at 1e6 steps it won 18% of its
+# battles feed-forward, 63% with the GRU. JaxMARL's IPPO settings (Adam 4e-3, clip 0.05) won 11% with the GRU here,
+# MAPPO's 82% (benchmarks/RESULTS.md): its IPPO bootstraps a fallen unit's value until the battle ends, this one
+# ends the unit's episode where it falls.
+SMAX_DEFAULTS = dict(num_envs=128, num_steps=128, total_steps=10_000_000, lr=2e-3, clip_eps=0.2, ent_coef=0.01,
+                     max_grad_norm=0.25, hidden=(128, 128), activation="relu", memory="gru")
+MAPPO_SMAX_DEFAULTS = dict(SMAX_DEFAULTS, ent_coef=0.0)
 
 
 @struct.dataclass
@@ -62,11 +71,14 @@ class IPPO(PPO):
         return {} if self.shared_params else {AGENT_AXIS: {"params": 0, "opt_state": 0}}
 
     @property
-    def network(self) -> AgentsActorCritic:
+    def network(self) -> AgentsActorCritic | AgentsRecurrentActorCritic:
         space = self.env.action_space
         action_dim = int(np.prod(space.shape)) if self.continuous else space.n
-        return AgentsActorCritic(action_dim, self.hidden, self.continuous, self.env.num_agents, self.shared_params,
-                                 self.centralised_critic, self.activation)
+        settings = (action_dim, self.hidden, self.continuous, self.env.num_agents, self.shared_params,
+                    self.centralised_critic, self.activation)
+        if self.recurrent:
+            return AgentsRecurrentActorCritic(*settings, self.memory)
+        return AgentsActorCritic(*settings)
 
 
 @struct.dataclass
@@ -75,6 +87,10 @@ class MAPPO(IPPO):
     observation, a centralised critic on the environment's global state."""
 
     centralised_critic: ClassVar[bool] = True
+
+    @classmethod
+    def defaults(cls, env_id: str) -> dict[str, Any]:
+        return MAPPO_SMAX_DEFAULTS if env_id.startswith("jaxmarl:SMAX_") else super().defaults(env_id)
 
 
 @struct.dataclass
@@ -97,6 +113,12 @@ class PQNVDN(PQN):
             return dict(num_envs=128, num_steps=128, hidden=(512, 512), lr=2.5e-4, q_lambda=0.85, reward_scale=10.0,
                         epsilon_end=0.01, exploration_fraction=0.1, max_grad_norm=1.0, total_steps=10_000_000)
         return {}
+
+    @classmethod
+    def validate(cls, s: dict[str, Any]) -> None:
+        super().validate(s)
+        check(s["memory"] == "none", "memory", s["memory"],
+              "PQNVDN's Q-networks are feed-forward (IPPO and MAPPO take a memory): choose --memory none")
 
     @property
     def network(self) -> AgentsQ:

@@ -172,34 +172,29 @@ class ActorCritic(nn.Module):
 CELLS: dict[str, type[nn.RNNCellBase]] = {"gru": nn.GRUCell, "lstm": nn.OptimizedLSTMCell}
 
 
-class RecurrentActorCritic(nn.Module):
-    """Policy and value networks with a memory, on sequences of vector observations:
-    ``(memory, obs, first) -> (memory, action distribution, value)``.
+def blank_memory(cell: str, features: int, batch: tuple[int, ...]) -> PyTree:
+    """A ``cell``'s state before any step, for a batch of shape ``batch``: zeros."""
+    return CELLS[cell](features).initialize_carry(jax.random.PRNGKey(0), (*batch, features))
 
-    Each observation goes through a dense layer of ``features`` units (the heads'
-    activation), then a recurrent ``cell`` (``CELLS``: ``gru`` or ``lstm``) of
-    ``features`` units whose output feeds ``heads`` (a policy MLP and a value MLP).
-    Inputs and outputs are environment-major: ``obs [N, T, ...]``, ``first [N, T]``
-    (the memory is forgotten, set to zeros, before a step where it holds: an episode
-    begins), ``memory`` the cell's state ``[N, ...]`` before the first step, and after
-    the last.
-    """
 
-    heads: ActorCritic
+class RecurrentTorso(nn.Module):
+    """A memory over sequences of vector observations: ``(memory, obs, first) -> (memory,
+    outputs)``. Each observation goes through a dense layer of ``features`` units
+    (``activation``), then a recurrent ``cell`` (``CELLS``: ``gru`` or ``lstm``) of
+    ``features`` units. Environment-major: ``obs [N, T, ...]``, ``first [N, T]`` (the
+    memory is forgotten, set to zeros, before a step where it holds: an episode begins),
+    ``memory`` the cell's state ``[N, ...]`` before the first step, and after the last;
+    the outputs ``[N, T, features]``."""
+
     cell: str = "gru"
     features: int = 64
+    activation: str = "tanh"
 
     def setup(self) -> None:
         self.embed = _dense(self.features)
         self.memory = CELLS[self.cell](self.features)
 
-    @nn.nowrap
-    def blank(self, batch: int) -> PyTree:
-        """The cell's state before any step, for ``batch`` environments: zeros."""
-        return CELLS[self.cell](self.features).initialize_carry(jax.random.PRNGKey(0), (batch, self.features))
-
-    def __call__(self, memory: PyTree, obs: jax.Array, first: jax.Array) -> tuple[
-            PyTree, Categorical | Gaussian, jax.Array]:
+    def __call__(self, memory: PyTree, obs: jax.Array, first: jax.Array) -> tuple[PyTree, jax.Array]:
         n, steps = first.shape
         x = self._embed(obs.reshape(n * steps, *obs.shape[2:])).reshape(n, steps, -1)
 
@@ -208,17 +203,47 @@ class RecurrentActorCritic(nn.Module):
             return cell(forget(memory, first), x)
 
         scan = nn.scan(step, variable_broadcast="params", split_rngs={"params": False}, in_axes=1, out_axes=1)
-        memory, y = scan(self.memory, memory, (x, first))
+        return scan(self.memory, memory, (x, first))
+
+    def step(self, memory: PyTree, obs: jax.Array) -> tuple[PyTree, jax.Array]:
+        """One step of ``N`` environments, observations ``[N, ...]``, from ``memory`` as it is."""
+        return self.memory(memory, self._embed(obs))
+
+    def _embed(self, obs: jax.Array) -> jax.Array:
+        return ACTIVATIONS[self.activation](self.embed(obs.reshape(obs.shape[0], -1)))
+
+
+class RecurrentActorCritic(nn.Module):
+    """Policy and value networks with a memory, on sequences of vector observations:
+    ``(memory, obs, first) -> (memory, action distribution, value)``: a
+    ``RecurrentTorso`` of ``features`` units (the heads' activation) whose outputs feed
+    ``heads`` (a policy MLP and a value MLP). Inputs and outputs are environment-major,
+    as the torso's; the distribution and value ``[N, T]``.
+    """
+
+    heads: ActorCritic
+    cell: str = "gru"
+    features: int = 64
+
+    def setup(self) -> None:
+        self.torso = RecurrentTorso(self.cell, self.features, self.heads.activation)
+
+    @nn.nowrap
+    def blank(self, batch: int) -> PyTree:
+        """The memory before any step, for ``batch`` environments: zeros."""
+        return blank_memory(self.cell, self.features, (batch,))
+
+    def __call__(self, memory: PyTree, obs: jax.Array, first: jax.Array) -> tuple[
+            PyTree, Categorical | Gaussian, jax.Array]:
+        n, steps = first.shape
+        memory, y = self.torso(memory, obs, first)
         dist, value = self.heads(y.reshape(n * steps, -1))
         return memory, dist.reshaped((n, steps)), value.reshape(n, steps)
 
     def step(self, memory: PyTree, obs: jax.Array) -> tuple[PyTree, Categorical | Gaussian, jax.Array]:
         """One step of ``N`` environments, observations ``[N, ...]``, from ``memory`` as it is."""
-        memory, y = self.memory(memory, self._embed(obs))
+        memory, y = self.torso.step(memory, obs)
         return memory, *self.heads(y)
-
-    def _embed(self, obs: jax.Array) -> jax.Array:
-        return ACTIVATIONS[self.heads.activation](self.embed(obs.reshape(obs.shape[0], -1)))
 
 
 def per_agent(net: Callable[[jax.Array], jax.Array], x: jax.Array, shared: bool) -> jax.Array:
@@ -235,18 +260,11 @@ def per_agent(net: Callable[[jax.Array], jax.Array], x: jax.Array, shared: bool)
     return out.reshape(*lead, agents, out.shape[-1])
 
 
-class AgentsActorCritic(nn.Module):
-    """Policy and value networks for agents on an array axis: ``AgentObs -> (action
-    distribution, value)``, both per agent (``[..., agents]``).
-
-    Separate MLPs for the policy and the value. With ``shared``, one pair for every
-    agent, each agent's one-hot id appended to its inputs; otherwise one pair per
-    agent, their parameters stacked on a leading agents axis. The policy reads each
-    agent's own observation; the value reads the same, or with ``centralised`` the
-    global state (MAPPO's critic). Discrete logits outside ``action_mask`` are masked
-    out; a continuous policy is a Gaussian with a learned, state-independent log
-    standard deviation per agent.
-    """
+class AgentsNetwork(nn.Module):
+    """What the agents' actor-critic networks share: their settings, and the action
+    distribution from the policy's outputs ``[..., agents, A]``: logits with the actions
+    outside ``action_mask`` masked out, or a Gaussian with a learned, state-independent
+    log standard deviation per agent (``log_std``, which a continuous network defines)."""
 
     action_dim: int
     hidden: Sequence[int]
@@ -256,10 +274,25 @@ class AgentsActorCritic(nn.Module):
     centralised: bool = False
     activation: str = "tanh"  # of the MLPs' hidden layers: a name in ACTIVATIONS
 
+    def distribution(self, out: jax.Array, obs: AgentObs) -> Categorical | Gaussian:
+        if self.continuous:
+            return Gaussian(out, jnp.exp(self.log_std))
+        return Categorical(jnp.where(obs.action_mask, out, MASKED_LOGIT))
+
+
+class AgentsActorCritic(AgentsNetwork):
+    """Policy and value networks for agents on an array axis: ``AgentObs -> (action
+    distribution, value)``, both per agent (``[..., agents]``).
+
+    Separate MLPs for the policy and the value. With ``shared``, one pair for every
+    agent, each agent's one-hot id appended to its inputs; otherwise one pair per
+    agent, their parameters stacked on a leading agents axis. The policy reads each
+    agent's own observation; the value reads the same, or with ``centralised`` the
+    global state (MAPPO's critic).
+    """
+
     def setup(self) -> None:
-        mlp = MLP if self.shared else nn.vmap(MLP, in_axes=1, out_axes=1, variable_axes={"params": 0},
-                                                split_rngs={"params": True}, axis_size=self.num_agents)
-        activation = ACTIVATIONS[self.activation]
+        mlp, activation = agents_mlp(self.shared, self.num_agents), ACTIVATIONS[self.activation]
         self.pi = mlp(self.hidden, self.action_dim, 0.01, activation)
         self.v = mlp(self.hidden, 1, 1.0, activation)
         if self.continuous:
@@ -267,17 +300,84 @@ class AgentsActorCritic(nn.Module):
 
     def __call__(self, obs: AgentObs) -> tuple[Categorical | Gaussian, jax.Array]:
         out = per_agent(self.pi, obs.obs, self.shared)
-        if self.continuous:
-            return Gaussian(out, jnp.exp(self.log_std)), self.value(obs)
-        return Categorical(jnp.where(obs.action_mask, out, MASKED_LOGIT)), self.value(obs)
+        return self.distribution(out, obs), self.value(obs)
 
     def value(self, obs: AgentObs) -> jax.Array:
-        if self.centralised:
-            state = obs.state[..., None, :]
-            x = jnp.broadcast_to(state, (*state.shape[:-2], self.num_agents, state.shape[-1]))
-        else:
-            x = obs.obs
+        x = every_agents(obs.state, self.num_agents) if self.centralised else obs.obs
         return per_agent(self.v, x, self.shared)[..., 0]
+
+
+def every_agents(state: jax.Array, agents: int) -> jax.Array:
+    """The global state ``[..., S]`` as each agent's input ``[..., agents, S]`` (a centralised critic's)."""
+    return jnp.broadcast_to(state[..., None, :], (*state.shape[:-1], agents, state.shape[-1]))
+
+
+def agents_mlp(shared: bool, agents: int) -> type[nn.Module] | Callable[..., nn.Module]:
+    """``MLP``, or with per-agent parameters ``MLP`` vmapped over the agents axis 1 of its
+    inputs ``[B, agents, D]`` (parameters stacked on a leading agents axis)."""
+    return MLP if shared else nn.vmap(MLP, in_axes=1, out_axes=1, variable_axes={"params": 0},
+                                      split_rngs={"params": True}, axis_size=agents)
+
+
+class AgentsRecurrentActorCritic(AgentsNetwork):
+    """``AgentsActorCritic`` with a memory per agent: ``(memory, obs, first) -> (memory,
+    action distribution, value)`` on sequences (``AgentObs`` leaves ``[N, T, ...]``,
+    ``first`` and the value ``[N, T, agents]``, the memory ``[N, agents, ...]``), and
+    ``step`` on one step (``[N, ...]``).
+
+    Each agent's observation goes through a ``RecurrentTorso`` of ``hidden[0]`` units,
+    whose outputs feed a policy MLP and a value MLP of the remaining widths. With
+    ``shared``, one torso and one pair of heads for every agent, each agent's one-hot id
+    appended to its observation (and to the heads' inputs); otherwise one of each per
+    agent, parameters stacked on a leading agents axis. With ``centralised`` the value
+    MLP (all of ``hidden``) reads the global state instead, feed-forward (MAPPO's
+    critic; the memory serves the policy). An agent's memory is forgotten where it is
+    done (a unit that died, or the episode's end).
+    """
+
+    cell: str = "gru"
+
+    def setup(self) -> None:
+        torso = RecurrentTorso if self.shared else nn.vmap(
+            RecurrentTorso, in_axes=(1, 2, 2), out_axes=(1, 2), variable_axes={"params": 0},
+            split_rngs={"params": True}, axis_size=self.num_agents)
+        self.torso = torso(self.cell, self.hidden[0], self.activation)
+        mlp, activation = agents_mlp(self.shared, self.num_agents), ACTIVATIONS[self.activation]
+        self.pi = mlp(self.hidden[1:], self.action_dim, 0.01, activation)
+        self.v = mlp(self.hidden if self.centralised else self.hidden[1:], 1, 1.0, activation)
+        if self.continuous:
+            self.log_std = self.param("log_std", nn.initializers.zeros, (self.num_agents, self.action_dim))
+
+    @nn.nowrap
+    def blank(self, batch: int) -> PyTree:
+        """The memory before any step, for ``batch`` environments: zeros ``[batch, agents, ...]``."""
+        return blank_memory(self.cell, self.hidden[0], (batch, self.num_agents))
+
+    def __call__(self, memory: PyTree, obs: AgentObs, first: jax.Array) -> tuple[
+            PyTree, Categorical | Gaussian, jax.Array]:
+        memory, y = self._unroll(memory, obs.obs, first)
+        out = per_agent(self.pi, y, self.shared)
+        value = per_agent(self.v, every_agents(obs.state, self.num_agents) if self.centralised else y, self.shared)
+        return memory, self.distribution(out, obs), value[..., 0]
+
+    def step(self, memory: PyTree, obs: AgentObs) -> tuple[PyTree, Categorical | Gaussian, jax.Array]:
+        """One step of ``N`` environments (``AgentObs`` leaves ``[N, ...]``), from ``memory`` as it is."""
+        one = jax.tree.map(lambda x: x[:, None], obs)
+        memory, dist, value = self(memory, one, jnp.zeros(one.obs.shape[:3], bool))
+        return memory, dist.reshaped((value.shape[0], self.num_agents)), value[:, 0]
+
+    def _unroll(self, memory: PyTree, obs: jax.Array, first: jax.Array) -> tuple[PyTree, jax.Array]:
+        """The torso over ``obs [N, T, agents, D]``: outputs ``[N, T, agents, features]``.
+        Shared, the agents go into the batch, their ids appended to their observations."""
+        if not self.shared:
+            return self.torso(memory, obs, first)
+        n, steps, agents = first.shape
+        ids = jnp.broadcast_to(jnp.eye(agents, dtype=obs.dtype), (n, steps, agents, agents))
+        x = jnp.concatenate([obs, ids], -1).swapaxes(1, 2).reshape(n * agents, steps, -1)
+        fold = lambda m: m.reshape(n * agents, *m.shape[2:])  # noqa: E731
+        memory, y = self.torso(jax.tree.map(fold, memory), x, first.swapaxes(1, 2).reshape(n * agents, steps))
+        return (jax.tree.map(lambda m: m.reshape(n, agents, *m.shape[1:]), memory),
+                y.reshape(n, agents, steps, -1).swapaxes(1, 2))
 
 
 class QValues(nn.Module):
@@ -311,6 +411,36 @@ class LayerNormQ(nn.Module):
         for width in self.hidden:
             x = nn.relu(nn.LayerNorm()(nn.Dense(width, kernel_init=init)(x)))
         return nn.Dense(self.action_dim)(x)
+
+
+class RecurrentQ(nn.Module):
+    """``LayerNormQ`` with a memory, on sequences of vector observations: ``(memory, obs,
+    first) -> (memory, Q-values [N, T, actions])``: a ``RecurrentTorso`` of ``hidden[0]``
+    units (ReLU), then ``LayerNormQ`` of the remaining widths on its outputs. Inputs and
+    outputs are environment-major, as the torso's; ``step`` is one step ``[N, ...]``."""
+
+    action_dim: int
+    hidden: Sequence[int]
+    cell: str = "gru"
+
+    def setup(self) -> None:
+        self.torso = RecurrentTorso(self.cell, self.hidden[0], "relu")
+        self.q = LayerNormQ(self.action_dim, self.hidden[1:])
+
+    @nn.nowrap
+    def blank(self, batch: int) -> PyTree:
+        """The memory before any step, for ``batch`` environments: zeros."""
+        return blank_memory(self.cell, self.hidden[0], (batch,))
+
+    def __call__(self, memory: PyTree, obs: jax.Array, first: jax.Array) -> tuple[PyTree, jax.Array]:
+        n, steps = first.shape
+        memory, y = self.torso(memory, obs, first)
+        return memory, self.q(y.reshape(n * steps, -1)).reshape(n, steps, -1)
+
+    def step(self, memory: PyTree, obs: jax.Array) -> tuple[PyTree, jax.Array]:
+        """One step of ``N`` environments, observations ``[N, ...]``, from ``memory`` as it is."""
+        memory, y = self.torso.step(memory, obs)
+        return memory, self.q(y)
 
 
 class AgentsQ(nn.Module):

@@ -22,7 +22,8 @@ from jaxrl_frag.bounds import divisors
 from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
-from jaxrl_frag.recipes.actor_critic import ActorCriticRecipe, Recurrence, Transition
+from jaxrl_frag.recipes.actor_critic import ActorCriticRecipe, Transition
+from jaxrl_frag.recipes.memory import Recurrence
 
 PyTree = Any
 

@@ -31,8 +31,12 @@ SMALL = {
     "pqn-vdn": (MULTI_AGENT, ON_POLICY),
     # a recurrent policy: its memory is split with the environments, its minibatches are whole environments
     "ppo-gru": ("CartPole-v1@obs=0,2", {**ON_POLICY, "memory": "gru"}),
+    # a memory per agent, one recurrent torso per agent (stacked parameters) and a centralised critic
+    "mappo-gru": (MULTI_AGENT, {**ON_POLICY, "memory": "gru", "shared_params": False}),
+    "pqn-gru": ("CartPole-v1@obs=0,2", {**ON_POLICY, "memory": "gru"}),
 }
-VARIANT_OF = {"ppo-gru": "ppo"}  # rows that are a recipe with other settings, and the recipe
+# rows that are a recipe with other settings, and the recipe
+VARIANT_OF = {"ppo-gru": "ppo", "mappo-gru": "mappo", "pqn-gru": "pqn"}
 SEED = 3
 EXACT = {
     "data-parallel-exact": lambda: DataParallel(4, shuffle="exact"),

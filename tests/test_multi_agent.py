@@ -96,7 +96,7 @@ def test_shared_parameters_read_agent_ids_and_per_agent_ones_stack_on_an_agents_
 
 
 def test_the_mappo_critic_reads_the_global_state_and_actions_outside_the_mask_are_never_taken() -> None:
-    mappo = jf.recipes.MAPPO.create(SMAX, **TINY)
+    mappo = jf.recipes.MAPPO.create(SMAX, memory="none", **TINY)  # its layers as they read their inputs
     state_dim = mappo.env.state_space.shape[0]
     state = mappo.init(jax.random.PRNGKey(0))
     params, agents = state.params, mappo.env.num_agents
@@ -190,11 +190,12 @@ def test_ippo_learns_simple_spread() -> None:
 @pytest.mark.long
 def test_mappo_wins_smax_3m() -> None:
     """Uniformly random available actions win none of 1,423 battles of SMAX 3m against
-    JaxMARL's heuristic enemy; MAPPO at its SMAX defaults with a constant learning rate
-    wins 43%, 34% and 37% of the battles of its last 5 rows after 5e5 steps (seeds 0-2)."""
-    algo = jf.recipes.MAPPO.create(SMAX, total_steps=500_000, anneal_lr=False)
+    JaxMARL's heuristic enemy; MAPPO at its SMAX defaults (recurrent, JaxMARL's settings)
+    wins 84%, 57% and 48% of the battles of its last 5 rows after 1e6 steps (seeds 0-2;
+    feed-forward at the same settings, 26%, 13% and 14%)."""
+    algo = jf.recipes.MAPPO.create(SMAX, total_steps=1_000_000)
     history = jf.compile(algo).run(jax.random.PRNGKey(0))
-    assert history["episode_won"][-5:].mean() >= 0.2, history["episode_won"]
+    assert history["episode_won"][-5:].mean() >= 0.6, history["episode_won"]
 
 
 def test_parameters_per_agent_split_over_an_agents_mesh_axis_and_the_run_is_the_same(tmp_path: Path) -> None:

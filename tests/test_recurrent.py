@@ -19,11 +19,15 @@ from jaxrl_frag.errors import ConfigError
 MASKED = "CartPole-v1@obs=0,2"  # CartPole without its velocities
 
 
-@pytest.mark.parametrize("recipe", ["PPO", "IMPALA"])
+@pytest.mark.parametrize(("recipe", "env", "settings"), [
+    ("PPO", MASKED, {}), ("IMPALA", MASKED, {}),
+    # a memory per agent, forgotten where that agent is done (SMAX: a unit died), and one torso per agent
+    ("MAPPO", "jaxmarl:SMAX_3m", {}), ("IPPO", "jaxmarl:MPE_simple_spread_v3", {"shared_params": False})])
 @pytest.mark.parametrize("memory", ["gru", "lstm"])
-def test_the_learner_replays_the_memory_the_actor_acted_with(recipe: str, memory: str) -> None:
-    algo = getattr(jf.recipes, recipe).create(MASKED, memory=memory, num_envs=4, num_steps=64, total_steps=4 * 64 * 2,
-                                              num_minibatches=2)
+def test_the_learner_replays_the_memory_the_actor_acted_with(recipe: str, env: str, settings: dict,
+                                                            memory: str) -> None:
+    algo = getattr(jf.recipes, recipe).create(env, memory=memory, num_envs=4, num_steps=64, total_steps=4 * 64 * 2,
+                                              num_minibatches=2, **settings)
     state = jax.jit(algo.init)(jax.random.PRNGKey(1))
     state, _ = jax.jit(algo.step)(state)  # the second rollout starts from a memory that is not zeros
     traj, _, _, _, _ = jax.jit(algo.rollout)(state.params, state.env_state, state.obs, state.memory, state.key)
@@ -31,13 +35,42 @@ def test_the_learner_replays_the_memory_the_actor_acted_with(recipe: str, memory
     assert done[:-1].any(), "no episode ended within the rollout: nothing to forget"
     recurrence = algo.recurrence(traj)
     assert np.abs(jax.tree.leaves(recurrence.start)[0]).sum() > 0
-    obs = jnp.swapaxes(traj.obs, 0, 1)
-    dist, value = algo.policy_value(state.params, recurrence, obs)
-    np.testing.assert_allclose(dist.log_prob(traj.action.T), traj.log_prob.T, atol=1e-5)
-    np.testing.assert_allclose(value, traj.value.T, atol=1e-5)
-    # without forgetting where episodes began the replay would not be the actor's
-    _, unforgetting = algo.policy_value(state.params, recurrence._replace(first=jnp.zeros_like(recurrence.first)), obs)
-    assert np.abs(unforgetting - traj.value.T).max() > 1e-3
+    obs, action, log_prob, value = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1),
+                                                (traj.obs, traj.action, traj.log_prob, traj.value))
+    dist, replayed = algo.policy_value(state.params, recurrence, obs)
+    np.testing.assert_allclose(dist.log_prob(action), log_prob, atol=1e-5)
+    np.testing.assert_allclose(replayed, value, atol=1e-5)
+    # without forgetting where episodes began the replay would not be the actor's (the policy's: MAPPO's critic is
+    # feed-forward on the global state)
+    unforgetting, _ = algo.policy_value(state.params, recurrence._replace(first=jnp.zeros_like(recurrence.first)), obs)
+    assert np.abs(unforgetting.log_prob(action) - log_prob).max() > 1e-3
+
+
+@pytest.mark.parametrize("memory", ["gru", "lstm"])
+def test_pqn_replays_the_memory_it_acted_with(memory: str) -> None:
+    """The learner's Q-values, unrolled over each environment's sequence, are the actor's:
+    where no episode ended at a step, the greedy value of the next step's Q-values is the
+    ``next_value`` the rollout read with the memory after that step."""
+    algo = jf.recipes.PQN.create(MASKED, memory=memory, num_envs=4, num_steps=64, total_steps=4 * 64 * 2,
+                                 num_minibatches=2)
+    state = jax.jit(algo.init)(jax.random.PRNGKey(1))
+    state, _ = jax.jit(algo.step)(state)
+    traj, _, _, _, _ = jax.jit(algo.rollout)(state.params, state.env_state, state.obs, state.memory, state.key, 0.5)
+    done = np.asarray(traj.terminated | traj.truncated).T
+    assert done[:, :-1].any() and not done[:, :-1].all()
+    recurrence = memory_of(traj)
+    q = np.asarray(algo.q_values(state.params, recurrence, jnp.swapaxes(traj.obs, 0, 1)))
+    going_on = ~done[:, :-1]
+    np.testing.assert_allclose(q[:, 1:].max(-1)[going_on], np.asarray(traj.next_value).T[:, :-1][going_on], atol=1e-5)
+    # the actions were drawn from these Q-values: epsilon 0 gives the greedy ones
+    greedy, _, _, _, _ = jax.jit(algo.rollout)(state.params, state.env_state, state.obs, state.memory, state.key, 0.0)
+    np.testing.assert_array_equal(np.asarray(algo.q_values(state.params, memory_of(greedy),
+                                                           jnp.swapaxes(greedy.obs, 0, 1))).argmax(-1),
+                                  np.asarray(greedy.action).T)
+
+
+def memory_of(traj: jf.recipes.pqn.QTransition) -> jf.recipes.memory.Recurrence:
+    return jf.recipes.memory.recurrence(traj.memory, traj.terminated, traj.truncated)
 
 
 def test_a_recurrent_memory_is_forgotten_where_an_episode_ended() -> None:
