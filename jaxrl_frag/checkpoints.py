@@ -126,6 +126,12 @@ class Checkpoints:
                           f"{where}, trying the step before", stacklevel=2)
         return None
 
+    def saved_tree(self) -> PyTree:
+        """The newest step's state as it was saved: orbax's metadata of each array (its
+        shape and dtype), in nested dicts and lists (orbax's containers, not the state's)."""
+        step = self.steps()[-1]
+        return ocp.StandardCheckpointHandler().metadata(self.directory / str(step) / "state").tree
+
     @property
     def damaged(self) -> Path:
         """Where unusable steps are moved (kept for inspection, out of orbax's way)."""

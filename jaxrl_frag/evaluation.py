@@ -1,5 +1,5 @@
 """Acting with a trained policy: a run's newest checkpoint restored onto one device
-(runs of the single, data-parallel and population policies), evaluated over complete
+(whatever policy trained it), evaluated over complete
 episodes in one compiled program, loaded as a jitted acting function, or exported as
 StableHLO that runs without this package.
 
@@ -72,14 +72,12 @@ def restore(run_dir: str | Path, member: int | None = None) -> Trained:
     from jaxrl_frag.cli.algorithm import make_algorithm
     from jaxrl_frag.cli.resume import saved_train_args
     from jaxrl_frag.rundir import RunDir
+    from jaxrl_frag.sharding import POLICIES
 
     run = RunDir(run_dir)
     config = run.read_config()
     settings = config["settings"]
-    policy = settings.get("policy", "single")
-    check(policy != "actor-learner", "policy", policy,
-          "the actor-learner policy's checkpoints hold its pipeline, which is not restored onto one device yet; "
-          "evaluate a run of the single, data-parallel or population policy")
+    policy = POLICIES[settings.get("policy", "single")]
     size = config.get("members")
     if size is None:
         check(member in (None, 0), "member", member, "the run is not a population (it has one member): drop --member")
@@ -100,13 +98,13 @@ def restore(run_dir: str | Path, member: int | None = None) -> Trained:
     like = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), shapes)
     checkpoints = Checkpoints(run.checkpoints)
     try:
-        checkpoint = checkpoints.restore(like, read_only=True)
+        checkpoint = checkpoints.restore(policy.saved_like(like, checkpoints.saved_tree), read_only=True)
     finally:
         checkpoints.close()
     check(checkpoint is not None, "run_dir", str(run.path),
           f"holds no usable checkpoint in {run.checkpoints} (the warnings above say why); continue the run to save "
           f"one: jaxrl-frag resume {run.path}")
-    recipe, state = _recipe_of(algo, checkpoint.state, member)
+    recipe, state = _recipe_of(algo, policy.algorithm_part(checkpoint.state), member)
     return Trained(recipe, state, checkpoint.iteration, member)
 
 

@@ -103,6 +103,19 @@ class Policy(abc.ABC):
         """How many devices the program runs on."""
         return 1
 
+    @classmethod
+    def saved_like(cls, algorithm_like: PyTree, saved: Callable[[], PyTree]) -> PyTree:
+        """What a checkpoint of a run under this policy holds, to restore it placed as
+        ``algorithm_like`` (the algorithm's state: shapes with shardings) says, on other
+        devices than the run's: by default the algorithm's state alone. ``saved()`` reads
+        the checkpoint's own tree of shapes, for a policy whose checkpoints hold more."""
+        return algorithm_like
+
+    @classmethod
+    def algorithm_part(cls, restored: PyTree) -> PyTree:
+        """The algorithm's state within a checkpoint restored as ``saved_like`` says."""
+        return restored
+
     @abc.abstractmethod
     def describe(self) -> str:
         """One line for ``explain``: the devices and how the program is spread on them."""

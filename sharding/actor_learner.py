@@ -89,6 +89,24 @@ class ActorLearner(Policy):
     actor: DataParallel = dataclasses.field(init=False)
     learner: DataParallel = dataclasses.field(init=False)
 
+    @classmethod
+    def saved_like(cls, algorithm_like: PyTree, saved: Callable[[], PyTree]) -> PipelineState:
+        """A ``PipelineState``: the algorithm's state as ``algorithm_like``, what was in
+        flight between the groups as the checkpoint saved it, placed as the algorithm's
+        first leaf is."""
+        sharding = jax.tree.leaves(algorithm_like)[0].sharding
+        tree = saved()
+
+        def like(buffers: Any) -> tuple[jax.ShapeDtypeStruct, ...]:
+            return tuple(jax.ShapeDtypeStruct(tuple(x.shape), x.dtype, sharding=sharding) for x in buffers)
+
+        return PipelineState(algorithm_like, like(tree["actor_shared"]), tuple(like(q) for q in tree["lagged"]),
+                             like(tree.get("in_flight") or ()))
+
+    @classmethod
+    def algorithm_part(cls, restored: PipelineState) -> PyTree:
+        return restored.state
+
     def __post_init__(self) -> None:
         for name in ("actor_devices", "learner_devices"):
             value = getattr(self, name)

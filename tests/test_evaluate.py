@@ -97,6 +97,27 @@ def test_a_population_members_policy_restores_onto_one_device(
     assert "member=2: the population has members 0 to 1" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_an_actor_learner_run_restores_onto_one_device(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], staleness: int) -> None:
+    """An actor-learner checkpoint holds the pipeline (what was in flight between the
+    groups too): it restores onto one device, its fingerprint checked, and the
+    algorithm's state is the run's own."""
+    path = tmp_path / "actor-learner"
+    assert main(["train", "impala", "--env", "CartPole-v1", *TINY, "--policy", "actor-learner", "--actor-devices", "1",
+                 "--learner-devices", "1", "--staleness", str(staleness), "--run-dir", str(path)]) == 0
+    trained = evaluation.restore(path)
+    assert {d for x in jax.tree.leaves(trained.state) for d in x.devices()} == {jax.devices()[0]}
+    algo = jf.recipes.IMPALA.create("CartPole-v1", num_envs=4, num_steps=16, total_steps=512)
+    program = jf.compile(algo, jf.sharding.ActorLearner(1, 1, staleness=staleness))
+    run = program.algorithm_state(program.run(jax.random.PRNGKey(0)).state)
+    assert trained.iteration == algo.num_iterations
+    jax.tree.map(np.testing.assert_array_equal, trained.state.params, run.params)
+    capsys.readouterr()
+    assert main(["evaluate", str(path), "--episodes", "2"]) == 0
+    assert f"(iteration {algo.num_iterations})" in capsys.readouterr().out
+
+
 @pytest.mark.learning
 def test_the_trained_cartpole_policy_balances_the_pole_for_every_step(
         cartpole_program: jf.Program, cartpole_run: jf.History) -> None:
