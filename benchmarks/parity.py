@@ -170,7 +170,7 @@ def run(row: Row, seeds: int, steps: int | None) -> dict[str, Any]:
     low, high = bootstrap_ci(np.array(finals))
     return {"row": row.name, "seeds": seeds, "env_steps": done, "finals": finals, "mean": float(np.mean(finals)),
             "ci": [float(low), float(high)], "steps_per_s": seeds * done / train_s, "compile_s": compile_s,
-            "device": jax.devices()[0].device_kind, "jax": jax.__version__, "reduced": bool(steps),
+            "device": jax.devices()[0].device_kind, "jax": jax.__version__, "reduced": bool(steps) and steps < row.steps,
             "command": " ".join(["python", "benchmarks/parity.py", *sys.argv[1:]])}
 
 
