@@ -200,6 +200,12 @@ class ActorCriticRecipe(Recipe):
         (``Recurrence``, environment-major), or ``()`` for a feed-forward network."""
         return recurrence(traj.memory, traj.terminated, traj.truncated) if self.recurrent else ()
 
+    def returns_end(self, traj: Transition) -> tuple[jax.Array, jax.Array]:
+        """Where the returns of a rollout's steps end: ``(terminated, truncated)``, not
+        bootstrapped at the first, bootstrapped from ``final_value`` at the second; by
+        default where the environment says its episodes ended."""
+        return traj.terminated, traj.truncated
+
     def env_action(self, action: jax.Array) -> jax.Array:
         """The action sent to the environment: a continuous one clipped to its bounds."""
         if not self.continuous:
@@ -319,8 +325,8 @@ class ActorCriticRecipe(Recipe):
         done = traj.terminated[-1] | traj.truncated[-1]
         last = jax.tree.map(lambda x: x[-1], (traj.memory, traj.obs))
         last_value = self.value_after(params, *last, done, last_obs)
-        advantages, targets = gae(traj.reward, traj.value, traj.terminated, traj.truncated, traj.final_value,
-                                  last_value, self.gamma, gae_lambda)
+        advantages, targets = gae(traj.reward, traj.value, *self.returns_end(traj), traj.final_value, last_value,
+                                  self.gamma, gae_lambda)
         fields = (traj.obs, traj.action, traj.log_prob, traj.value, advantages, targets)
         if self.recurrent:
             return self.recurrence(traj), *jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), fields)

