@@ -8,7 +8,8 @@ reference's settings, several seeds, beside the figure the reference publishes.
 A row's seeds run as one population where its environment is traced into the program,
 one after another where it is a host environment. Its final return is, per seed, the
 mean episode return over the last 10% of the environment steps (the training policy's
-episodes); the table gives the mean over seeds and a 95% bootstrap interval, and
+episodes; where the reference reports its greedy policy's, as Brax does, the greedy
+episodes played after each iteration, marked "greedy"); the table gives the mean over seeds and a 95% bootstrap interval, and
 steps/s of training after compiling, all seeds together. ``--steps`` runs a shorter
 budget than the row's (a CPU stand-in for an accelerator row); the table then says so and,
 where the reference published a curve (``parity/references/ROW.json``: its steps and
@@ -33,6 +34,7 @@ import numpy as np
 import jaxrl_frag as jf
 from jaxrl_frag.summary import bootstrap_ci
 from jaxrl_frag.transforms import Population
+from jaxrl_frag.transforms.evaluated import Evaluated
 
 sys.path.insert(0, str(Path(__file__).parent))
 from minatar import GYMNAX_BLINES  # gymnax-blines' PPO for MinAtar, with its sources
@@ -48,9 +50,13 @@ BLINES = "gymnax 1.0 README, 'Ckpt (Return)' (gymnax-blines PPO, one seed, 164 t
 # JaxMARL's budget for these is 1e7 steps (baselines/*/config); its paper (arXiv 2311.10090) gives curves, not numbers
 JAXMARL = "JaxMARL baselines' 1e7-step budget; the rows run 1e6 of it"
 # Brax's notebooks/training.ipynb, PPO per task: an iteration is batch_size x num_minibatches x unroll_length steps
-# over num_envs environments, 32 minibatches of batch_size x unroll_length; its reward scaling and unclipped
-# gradients are not settings here
-BRAX_PPO = dict(num_minibatches=32, lr=3e-4, normalize_obs=True, anneal_lr=False)
+# over num_envs environments, 32 minibatches of batch_size x unroll_length; its reward scaling (10, which Adam
+# undoes but for its epsilon), its separate network sizes (policy 4 x 32, value 5 x 256; here 64 x 64 for both) and
+# its tanh-squashed Gaussian are not settings here; its value loss is unclipped, its gradients too (a norm of 1e9
+# clips nothing), and it reports the greedy policy's return
+BRAX_PPO = dict(num_minibatches=32, lr=3e-4, normalize_obs=True, anneal_lr=False, clip_eps=0.3, clip_value=False,
+                max_grad_norm=1e9, activation="swish")
+EVAL_EPISODES = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +71,9 @@ class Row:
     source: str
     seeds: int = 5
     accelerator: bool = False  # its budget is out of reach on the CPU
-    metric: str = "episode_return"  # what the table reports: the return, or SMAX's win rate (episode_won)
+    # what the table reports: the training episodes' return, SMAX's win rate (episode_won), or the return of
+    # EVAL_EPISODES greedy episodes played after every iteration (eval_return: the reference's measure)
+    metric: str = "episode_return"
 
     @property
     def steps(self) -> int:
@@ -94,14 +102,15 @@ ROWS = (
     Row("ppo-brax-ant", "PPO", "brax:ant",
         dict(BRAX_PPO, num_envs=4096, num_steps=80, num_epochs=4, gamma=0.97, ent_coef=1e-2, total_steps=50_000_000),
         "~5,850 at 2.5e7 (read off the plot)", "brax notebooks/training.ipynb",
-        seeds=1, accelerator=True),
+        seeds=1, accelerator=True, metric="eval_return"),
     Row("ppo-brax-halfcheetah", "PPO", "brax:halfcheetah",
         dict(BRAX_PPO, num_envs=2048, num_steps=160, num_epochs=8, gamma=0.95, ent_coef=1e-3, total_steps=50_000_000),
-        "none published (settings only)", "brax notebooks/training.ipynb", seeds=1, accelerator=True),
+        "none published (settings only)", "brax notebooks/training.ipynb", seeds=1, accelerator=True,
+        metric="eval_return"),
     Row("ppo-brax-hopper", "PPO", "brax:hopper",
-        # PureJaxRL's ppo_continuous_action.py, the figure's source
+        # PureJaxRL's ppo_continuous_action.py, the figure's source (NORMALIZE_ENV: observations and rewards)
         dict(num_envs=2048, num_steps=10, num_minibatches=32, num_epochs=4, lr=3e-4, anneal_lr=False, ent_coef=0.0,
-             normalize_obs=True, total_steps=50_000_000),
+             hidden=(256, 256), normalize_obs=True, scale_reward=True, total_steps=50_000_000),
         "~1,450 at 5e7 (PureJaxRL's notebook, one seed)", "purejaxrl examples/brax_minatar.ipynb", seeds=1,
         accelerator=True),
     Row("sac-brax-hopper", "SAC", "brax:hopper",
@@ -127,8 +136,10 @@ ROWS = (
            "win rate 0.53 at 1e6 (JaxMARL's recurrent ippo_rnn_smax.py, 3 seeds, run here: jaxmarl_smax.py)"),
           ("MAPPO", "smax-3m", "jaxmarl:SMAX_3m", "episode_won",
            "win rate 0.80 at 1e6 (JaxMARL's recurrent mappo_rnn_smax.py, 3 seeds, run here: jaxmarl_smax.py)"),
-          ("IPPO", "smax-2s3z", "jaxmarl:SMAX_2s3z", "episode_won", "JaxMARL's paper: a curve only"),
-          ("MAPPO", "smax-2s3z", "jaxmarl:SMAX_2s3z", "episode_won", "JaxMARL's paper: a curve only"),
+          ("IPPO", "smax-2s3z", "jaxmarl:SMAX_2s3z", "episode_won",
+           "win rate 0.07 at 1e6 (JaxMARL's recurrent ippo_rnn_smax.py, 3 seeds, run here: jaxmarl_smax.py)"),
+          ("MAPPO", "smax-2s3z", "jaxmarl:SMAX_2s3z", "episode_won",
+           "win rate 0.99 at 1e6 (JaxMARL's recurrent mappo_rnn_smax.py, seed 0, run here: jaxmarl_smax.py)"),
           ("PQNVDN", "smax-3m", "jaxmarl:SMAX_3m", "episode_won", "JaxMARL's paper: a curve only"))),
     Row("ppo-atari-breakout", "PPO", "ale:Breakout",
         dict(num_envs=8, num_steps=128, num_minibatches=4, num_epochs=4, lr=2.5e-4, clip_eps=0.1,
@@ -156,6 +167,8 @@ def run(row: Row, seeds: int, steps: int | None) -> dict[str, Any]:
     """Train ``row`` on ``seeds`` seeds; what the table shows, with how it was run."""
     settings = dict(row.settings, **({"total_steps": steps} if steps else {}))
     algo = getattr(jf.recipes, row.recipe).create(row.env, **settings)
+    if row.metric == "eval_return":
+        algo = Evaluated.create(algo, 1, EVAL_EPISODES)
     traced = algo.env.capabilities.traceable
     start = time.perf_counter()
     program = jf.compile(Population.of([algo] * seeds, list(range(seeds))) if traced else algo)
@@ -194,7 +207,8 @@ def table() -> str:
             steps = f"{r['env_steps']:,}" + (f" (of {row.steps:,})" if r["reduced"] else "")
             reference = row.reference + (reference_at(row, r["env_steps"]) if r["reduced"] else "")
             result = (f"win rate {r['mean']:.2f} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]" if row.metric == "episode_won"
-                      else f"{r['mean']:.1f} [{r['ci'][0]:.1f}, {r['ci'][1]:.1f}]")
+                      else f"{r['mean']:.1f} [{r['ci'][0]:.1f}, {r['ci'][1]:.1f}]"
+                      + (" greedy" if row.metric == "eval_return" else ""))
             if not np.isfinite(r["mean"]):
                 result = "none: no episode ended within the steps run"
             speed = f"{r['steps_per_s']:,.0f} ({r['device']})"

@@ -82,7 +82,7 @@ class ActorCriticRecipe(Recipe):
                                            "observations (H, W, C)), atari (Mnih et al.'s convolutions and 512 units "
                                            "shared by linear heads; for images of at least 36x36), mlp (the MLPs "
                                            "alone) or auto (atari for images of at least 36x36, cnn for smaller ones)")
-    activation: str = static_field("tanh", help="the MLPs' hidden activation: tanh or relu (the atari torso is "
+    activation: str = static_field("tanh", help="the MLPs' hidden activation: tanh, relu or swish (the atari torso is "
                                                 "ReLU throughout)")
     anneal_lr: bool = static_field(True, help="anneal the learning rate linearly to zero over the run")
     normalize_obs: bool = static_field(False, help="standardise observations with running statistics")

@@ -8,7 +8,8 @@ that step, losses averaged over agents; with ``memory`` the learner's minibatche
 sets of environments with all their agents' sequences. Only the network differs
 (``AgentsActorCritic``, or ``AgentsRecurrentActorCritic`` with a memory per agent):
 parameters shared by every agent (with the agent's one-hot id appended to its inputs)
-or one set per agent, and for MAPPO a centralised critic on the global state. PQN-VDN
+or one set per agent, and for MAPPO a centralised critic on the global state (with a
+memory of its own where the policy has one). PQN-VDN
 is PQN's rollout and learner unchanged but for how a team's values are read: the
 team's value is the sum of its agents' (value decomposition).
 Like every recipe, no distribution code: each distribution policy splits the
@@ -39,8 +40,7 @@ MPE_DEFAULTS = dict(num_envs=16, num_steps=128, total_steps=2_000_000)
 # of 128 units between 128-unit ReLU layers), 128 environments x 128 steps, Adam 2e-3, clip 0.2, gradient norm 0.25,
 # and for IPPO an entropy bonus of 0.01 (MAPPO none). The memory was MAPPO's gap: on 3m at 1e6 steps it won 18% of its
 # battles feed-forward, 63% with the GRU. JaxMARL's IPPO settings (Adam 4e-3, clip 0.05) won 11% with the GRU here,
-# MAPPO's 82% (benchmarks/RESULTS.md): its IPPO bootstraps a fallen unit's value until the battle ends, this one
-# ends the unit's episode where it falls.
+# MAPPO's 82% (benchmarks/RESULTS.md, measured while a fallen unit's return still ended where it fell).
 SMAX_DEFAULTS = dict(num_envs=128, num_steps=128, total_steps=10_000_000, lr=2e-3, clip_eps=0.2, ent_coef=0.01,
                      max_grad_norm=0.25, hidden=(128, 128), activation="relu", memory="gru")
 MAPPO_SMAX_DEFAULTS = dict(SMAX_DEFAULTS, ent_coef=0.0)

@@ -86,7 +86,7 @@ def _dense(features: int, scale: float = np.sqrt(2), **kwargs: str) -> nn.Dense:
 
 
 MASKED_LOGIT = -1e9  # the logit of an action that is not available: probability 0, and no NaN in the entropy
-ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": jnp.tanh, "relu": nn.relu}
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": jnp.tanh, "relu": nn.relu, "swish": nn.swish}
 
 
 class MLP(nn.Module):
@@ -322,17 +322,18 @@ def agents_mlp(shared: bool, agents: int) -> type[nn.Module] | Callable[..., nn.
 class AgentsRecurrentActorCritic(AgentsNetwork):
     """``AgentsActorCritic`` with a memory per agent: ``(memory, obs, first) -> (memory,
     action distribution, value)`` on sequences (``AgentObs`` leaves ``[N, T, ...]``,
-    ``first`` and the value ``[N, T, agents]``, the memory ``[N, agents, ...]``), and
-    ``step`` on one step (``[N, ...]``).
+    ``first`` and the value ``[N, T, agents]``, the memory's leaves ``[N, agents, ...]``),
+    and ``step`` on one step (``[N, ...]``).
 
     Each agent's observation goes through a ``RecurrentTorso`` of ``hidden[0]`` units,
     whose outputs feed a policy MLP and a value MLP of the remaining widths. With
-    ``shared``, one torso and one pair of heads for every agent, each agent's one-hot id
-    appended to its observation (and to the heads' inputs); otherwise one of each per
-    agent, parameters stacked on a leading agents axis. With ``centralised`` the value
-    MLP (all of ``hidden``) reads the global state instead, feed-forward (MAPPO's
-    critic; the memory serves the policy). An agent's memory is forgotten where it is
-    done (a unit that died, or the episode's end).
+    ``centralised`` the value MLP reads a torso of its own instead, over the global
+    state (MAPPO's critic, recurrent as JaxMARL's: its outputs are bounded by the cell
+    however large the state's features, as SMAX's raw positions are); the memory is then
+    the pair ``(policy's, critic's)``. With ``shared``, one network for every agent,
+    each agent's one-hot id appended to its inputs; otherwise one per agent, parameters
+    stacked on a leading agents axis. An agent's memory is forgotten where it is done (a
+    unit that died, or the episode's end).
     """
 
     cell: str = "gru"
@@ -342,23 +343,32 @@ class AgentsRecurrentActorCritic(AgentsNetwork):
             RecurrentTorso, in_axes=(1, 2, 2), out_axes=(1, 2), variable_axes={"params": 0},
             split_rngs={"params": True}, axis_size=self.num_agents)
         self.torso = torso(self.cell, self.hidden[0], self.activation)
+        if self.centralised:
+            self.critic_torso = torso(self.cell, self.hidden[0], self.activation)
         mlp, activation = agents_mlp(self.shared, self.num_agents), ACTIVATIONS[self.activation]
         self.pi = mlp(self.hidden[1:], self.action_dim, 0.01, activation)
-        self.v = mlp(self.hidden if self.centralised else self.hidden[1:], 1, 1.0, activation)
+        self.v = mlp(self.hidden[1:], 1, 1.0, activation)
         if self.continuous:
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.num_agents, self.action_dim))
 
     @nn.nowrap
     def blank(self, batch: int) -> PyTree:
-        """The memory before any step, for ``batch`` environments: zeros ``[batch, agents, ...]``."""
-        return blank_memory(self.cell, self.hidden[0], (batch, self.num_agents))
+        """The memory before any step, for ``batch`` environments: zeros ``[batch, agents, ...]``
+        (a pair of them with ``centralised``)."""
+        memory = blank_memory(self.cell, self.hidden[0], (batch, self.num_agents))
+        return (memory, memory) if self.centralised else memory
 
     def __call__(self, memory: PyTree, obs: AgentObs, first: jax.Array) -> tuple[
             PyTree, Categorical | Gaussian, jax.Array]:
-        memory, y = self._unroll(memory, obs.obs, first)
+        policy_memory, critic_memory = memory if self.centralised else (memory, None)
+        policy_memory, y = self._unroll(self.torso, policy_memory, obs.obs, first)
         out = per_agent(self.pi, y, self.shared)
-        value = per_agent(self.v, every_agents(obs.state, self.num_agents) if self.centralised else y, self.shared)
-        return memory, self.distribution(out, obs), value[..., 0]
+        if self.centralised:
+            state = every_agents(obs.state, self.num_agents)
+            critic_memory, y = self._unroll(self.critic_torso, critic_memory, state, first)
+        value = per_agent(self.v, y, self.shared)[..., 0]
+        memory = (policy_memory, critic_memory) if self.centralised else policy_memory
+        return memory, self.distribution(out, obs), value
 
     def step(self, memory: PyTree, obs: AgentObs) -> tuple[PyTree, Categorical | Gaussian, jax.Array]:
         """One step of ``N`` environments (``AgentObs`` leaves ``[N, ...]``), from ``memory`` as it is."""
@@ -366,16 +376,16 @@ class AgentsRecurrentActorCritic(AgentsNetwork):
         memory, dist, value = self(memory, one, jnp.zeros(one.obs.shape[:3], bool))
         return memory, dist.reshaped((value.shape[0], self.num_agents)), value[:, 0]
 
-    def _unroll(self, memory: PyTree, obs: jax.Array, first: jax.Array) -> tuple[PyTree, jax.Array]:
-        """The torso over ``obs [N, T, agents, D]``: outputs ``[N, T, agents, features]``.
-        Shared, the agents go into the batch, their ids appended to their observations."""
+    def _unroll(self, torso: nn.Module, memory: PyTree, x: jax.Array, first: jax.Array) -> tuple[PyTree, jax.Array]:
+        """``torso`` over ``x [N, T, agents, D]``: outputs ``[N, T, agents, features]``.
+        Shared, the agents go into the batch, their ids appended to their inputs."""
         if not self.shared:
-            return self.torso(memory, obs, first)
+            return torso(memory, x, first)
         n, steps, agents = first.shape
-        ids = jnp.broadcast_to(jnp.eye(agents, dtype=obs.dtype), (n, steps, agents, agents))
-        x = jnp.concatenate([obs, ids], -1).swapaxes(1, 2).reshape(n * agents, steps, -1)
+        ids = jnp.broadcast_to(jnp.eye(agents, dtype=x.dtype), (n, steps, agents, agents))
+        x = jnp.concatenate([x, ids], -1).swapaxes(1, 2).reshape(n * agents, steps, -1)
         fold = lambda m: m.reshape(n * agents, *m.shape[2:])  # noqa: E731
-        memory, y = self.torso(jax.tree.map(fold, memory), x, first.swapaxes(1, 2).reshape(n * agents, steps))
+        memory, y = torso(jax.tree.map(fold, memory), x, first.swapaxes(1, 2).reshape(n * agents, steps))
         return (jax.tree.map(lambda m: m.reshape(n, agents, *m.shape[1:]), memory),
                 y.reshape(n, agents, steps, -1).swapaxes(1, 2))
 

@@ -30,13 +30,17 @@ PyTree = Any
 
 @struct.dataclass
 class PPO(ActorCriticRecipe):
-    """PPO with GAE, clipped surrogate and value losses, entropy bonus, minibatch
-    epochs, linear learning-rate annealing and global-norm gradient clipping."""
+    """PPO with GAE, clipped surrogate and (optionally clipped) value losses, entropy
+    bonus, minibatch epochs, linear learning-rate annealing and global-norm gradient
+    clipping."""
 
     num_minibatches: int = static_field(4, help="minibatches per epoch; must divide num_envs * num_steps")
     num_epochs: int = static_field(4, help="passes over each iteration's batch")
     gae_lambda: float = hyperparameter(0.95, help="GAE lambda")
     clip_eps: float = hyperparameter(0.2, help="surrogate and value clipping range")
+    clip_value: bool = static_field(True, help="clip each update's change of the value to clip_eps (PPO2's value "
+                                               "clipping, as CleanRL and PureJaxRL); off: the plain squared error, "
+                                               "as Brax's PPO, whose returns are not normalised")
 
     counts: ClassVar[tuple[str, ...]] = (*ActorCriticRecipe.counts, "num_epochs")
     reals: ClassVar[tuple[str, ...]] = (*ActorCriticRecipe.reals, "gae_lambda", "clip_eps")
@@ -84,15 +88,18 @@ class PPO(ActorCriticRecipe):
     def loss(self, params: PyTree, recurrence: Recurrence | tuple[()], obs: jax.Array, action: jax.Array,
              old_log_prob: jax.Array, old_value: jax.Array, advantage: jax.Array,
              target: jax.Array) -> tuple[jax.Array, Metrics]:
-        """Clipped surrogate + clipped value loss - entropy bonus, on one minibatch."""
+        """Clipped surrogate + value loss (clipped with ``clip_value``) - entropy bonus, on one minibatch."""
         dist, value = self.policy_value(params, recurrence, obs)
         log_ratio = dist.log_prob(action) - old_log_prob
         ratio = jnp.exp(log_ratio)
         advantage = primitives.standardize(advantage)
         clipped_ratio = jnp.clip(ratio, 1.0 - self.clip_eps, 1.0 + self.clip_eps)
         policy_loss = -jnp.minimum(ratio * advantage, clipped_ratio * advantage).mean()
-        value_clipped = old_value + jnp.clip(value - old_value, -self.clip_eps, self.clip_eps)
-        value_loss = 0.5 * jnp.maximum((value - target) ** 2, (value_clipped - target) ** 2).mean()
+        value_loss = (value - target) ** 2
+        if self.clip_value:  # the value moves at most clip_eps from the rollout's per iteration
+            value_clipped = old_value + jnp.clip(value - old_value, -self.clip_eps, self.clip_eps)
+            value_loss = jnp.maximum(value_loss, (value_clipped - target) ** 2)
+        value_loss = 0.5 * value_loss.mean()
         entropy = dist.entropy().mean()
         total = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy
         return total, {

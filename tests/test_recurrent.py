@@ -40,10 +40,12 @@ def test_the_learner_replays_the_memory_the_actor_acted_with(recipe: str, env: s
     dist, replayed = algo.policy_value(state.params, recurrence, obs)
     np.testing.assert_allclose(dist.log_prob(action), log_prob, atol=1e-5)
     np.testing.assert_allclose(replayed, value, atol=1e-5)
-    # without forgetting where episodes began the replay would not be the actor's (the policy's: MAPPO's critic is
-    # feed-forward on the global state)
-    unforgetting, _ = algo.policy_value(state.params, recurrence._replace(first=jnp.zeros_like(recurrence.first)), obs)
+    # without forgetting where episodes began the replay would not be the actor's: neither the policy's nor the
+    # value's (MAPPO's centralised critic has a memory of its own)
+    unforgetting, value_unforgetting = algo.policy_value(
+        state.params, recurrence._replace(first=jnp.zeros_like(recurrence.first)), obs)
     assert np.abs(unforgetting.log_prob(action) - log_prob).max() > 1e-3
+    assert np.abs(value_unforgetting - value).max() > 1e-3
 
 
 @pytest.mark.parametrize("memory", ["gru", "lstm"])
