@@ -9,8 +9,9 @@ A row's seeds run as one population where its environment is traced into the pro
 one after another where it is a host environment. Its final return is, per seed, the
 mean episode return over the last 10% of the environment steps (the training policy's
 episodes; where the reference reports its greedy policy's, as Brax does, the greedy
-episodes played after each iteration, marked "greedy"); the table gives the mean over seeds and a 95% bootstrap interval, and
-steps/s of training after compiling, all seeds together. ``--steps`` runs a shorter
+episodes played after each iteration, marked "greedy"); the table gives the mean over
+seeds and a 95% bootstrap interval, and steps/s of training after compiling, all seeds
+together. ``--steps`` runs a shorter
 budget than the row's (a CPU stand-in for an accelerator row); the table then says so and,
 where the reference published a curve (``parity/references/ROW.json``: its steps and
 returns, with their source), gives the curve's value at the steps run. Rows never run

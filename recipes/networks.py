@@ -360,15 +360,16 @@ class AgentsRecurrentActorCritic(AgentsNetwork):
 
     def __call__(self, memory: PyTree, obs: AgentObs, first: jax.Array) -> tuple[
             PyTree, Categorical | Gaussian, jax.Array]:
-        policy_memory, critic_memory = memory if self.centralised else (memory, None)
-        policy_memory, y = self._unroll(self.torso, policy_memory, obs.obs, first)
-        out = per_agent(self.pi, y, self.shared)
         if self.centralised:
-            state = every_agents(obs.state, self.num_agents)
-            critic_memory, y = self._unroll(self.critic_torso, critic_memory, state, first)
-        value = per_agent(self.v, y, self.shared)[..., 0]
-        memory = (policy_memory, critic_memory) if self.centralised else policy_memory
-        return memory, self.distribution(out, obs), value
+            (policy_memory, critic_memory), state = memory, every_agents(obs.state, self.num_agents)
+            policy_memory, y = self._unroll(self.torso, policy_memory, obs.obs, first)
+            critic_memory, z = self._unroll(self.critic_torso, critic_memory, state, first)
+            memory = (policy_memory, critic_memory)
+        else:
+            memory, y = self._unroll(self.torso, memory, obs.obs, first)
+            z = y
+        value = per_agent(self.v, z, self.shared)[..., 0]
+        return memory, self.distribution(per_agent(self.pi, y, self.shared), obs), value
 
     def step(self, memory: PyTree, obs: AgentObs) -> tuple[PyTree, Categorical | Gaussian, jax.Array]:
         """One step of ``N`` environments (``AgentObs`` leaves ``[N, ...]``), from ``memory`` as it is."""
