@@ -4,8 +4,9 @@
 #             programs; see tests/conftest.py)
 # make test-long: the longest runs (marked long: Atari, Gymnasium, SMAX, Brax, the multi-process actor-learner and
 #             host-environment runs); CI (.ci/run) runs make test, then this
-# make test-fast: the unit and equivalence tests only, no learning thresholds and no real processes (under 3
-#             minutes once the compilation cache holds their programs; see tests/conftest.py)
+# make test-fast: the unit and equivalence tests only, no learning thresholds, no real processes and not the
+#             recipe x policy matrix's recurrent rows (under 3 minutes once the compilation cache holds their
+#             programs; see tests/conftest.py)
 # make docs:  set up .venv if needed, then build the API reference into site/ (open site/index.html)
 VENV ?= .venv
 PYTHON ?= python3

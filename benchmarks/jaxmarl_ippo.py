@@ -2,7 +2,7 @@
 side by side, alternating, each round a fresh process.
 
     python benchmarks/jaxmarl_ippo.py --jaxmarl-python VENV/bin/python \
-        --jaxmarl-ippo JAXMARL/baselines/IPPO [--steps 2e6] [--rounds 3]
+        --jaxmarl-ippo JAXMARL/baselines/IPPO [--steps 2e6] [--rounds 3] [--no-check-finite]
 
 JaxMARL's side runs ``ippo_ff_mpe.py`` from a checkout of JaxMARL's repository (the
 folder ``--jaxmarl-ippo``), unmodified, under a Python that has its dependencies
@@ -12,8 +12,10 @@ jitted ``train`` ahead of time and run it once, wandb disabled (its per-update
 ``io_callback`` stays, as published). The framework's side trains ``IPPO`` with the
 same settings (JaxMARL's: 16 environments x 128 steps, 4 epochs of 4 minibatches, Adam
 2.5e-4 annealed, 64x64 tanh networks, parameters shared); what still differs: ours
-appends each agent's one-hot id to its inputs, and bootstraps the value at the time
-limit where JaxMARL's treats it as a termination. Both on the same steps and seed.
+appends each agent's one-hot id to its inputs, bootstraps the value at the time limit
+where JaxMARL's treats it as a termination, and checks every iteration's state and
+metrics for non-finite values (``--no-check-finite``: compiled without the check, as
+``jf.compile(..., check_finite=False)``). Both on the same steps and seed.
 
 Prints each round's compile and train seconds, the ratios framework / JaxMARL (median
 of the rounds' ratios; below 1 the framework is faster) and each side's final return,
@@ -34,7 +36,7 @@ OURS = textwrap.dedent("""
     import json, time, jax
     import jaxrl_frag as jf
     algo = jf.recipes.IPPO.create("jaxmarl:MPE_simple_spread_v3", total_steps={steps})
-    start = time.perf_counter(); program = jf.compile(algo); compile_s = time.perf_counter() - start
+    start = time.perf_counter(); program = jf.compile(algo, check_finite={check_finite}); compile_s = time.perf_counter() - start
     start = time.perf_counter(); history = program.run(jax.random.PRNGKey({seed}))
     jax.block_until_ready(history.state); train_s = time.perf_counter() - start
     print(json.dumps({{"compile_s": compile_s, "train_s": train_s, "steps": int(history.final["env_steps"]),
@@ -67,9 +69,11 @@ def main() -> None:
     parser.add_argument("--steps", type=float, default=2e6)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--check-finite", action=argparse.BooleanOptionalAction, default=True,
+                        help="the framework's per-iteration finite check (its default: on)")
     args = parser.parse_args()
     steps = int(args.steps)
-    ours_code = OURS.format(steps=steps, seed=args.seed)
+    ours_code = OURS.format(steps=steps, seed=args.seed, check_finite=args.check_finite)
     theirs_code = THEIRS.format(folder=args.jaxmarl_ippo, steps=steps, seed=args.seed)
     rounds = alternate_rounds(lambda: run_python(sys.executable, ours_code),
                               lambda: run_python(args.jaxmarl_python, theirs_code), args.rounds, "JaxMARL")

@@ -89,7 +89,7 @@ def test_shared_parameters_read_agent_ids_and_per_agent_ones_stack_on_an_agents_
     apart = jf.recipes.IPPO.create(MPE, shared_params=False, **TINY)
     agents, (_, obs_dim) = shared.env.num_agents, shared.env.observation_space.shape
     assert agents == 3
-    p_shared, p_apart = shared.init(jax.random.PRNGKey(0)).params, apart.init(jax.random.PRNGKey(0)).params
+    p_shared, p_apart = (jax.jit(algo.init)(jax.random.PRNGKey(0)).params for algo in (shared, apart))
     assert first_layer(p_shared, "pi").shape == (obs_dim + agents, 64)  # the one-hot id appended
     assert first_layer(p_apart, "pi").shape == (agents, obs_dim, 64)
     assert all(x.shape[0] == agents for x in jax.tree.leaves(p_apart))
@@ -100,7 +100,7 @@ def test_shared_parameters_read_agent_ids_and_per_agent_ones_stack_on_an_agents_
 def test_the_mappo_critic_reads_the_global_state_and_actions_outside_the_mask_are_never_taken() -> None:
     mappo = jf.recipes.MAPPO.create(SMAX, memory="none", **TINY)  # its layers as they read their inputs
     state_dim = mappo.env.state_space.shape[0]
-    state = mappo.init(jax.random.PRNGKey(0))
+    state = jax.jit(mappo.init)(jax.random.PRNGKey(0))
     params, agents = state.params, mappo.env.num_agents
     width = mappo.hidden[0]
     assert first_layer(params, "v").shape == (state_dim + agents, width)
@@ -112,7 +112,8 @@ def test_the_mappo_critic_reads_the_global_state_and_actions_outside_the_mask_ar
     assert np.take_along_axis(mask, action[..., None], -1).all()
     assert (~mask).any()  # the mask did rule something out
     # with a memory, the critic's recurrent torso reads the global state and the policy's the agent's observation
-    recurrent = jf.recipes.MAPPO.create(SMAX, memory="gru", **TINY).init(jax.random.PRNGKey(0)).params["params"]
+    recurrent = jax.eval_shape(jf.recipes.MAPPO.create(SMAX, memory="gru", **TINY).init,
+                               jax.random.PRNGKey(0)).params["params"]
     assert recurrent["critic_torso"]["embed"]["kernel"].shape == (state_dim + agents, width)
     assert recurrent["torso"]["embed"]["kernel"].shape == (mappo.env.observation_space.shape[1] + agents, width)
 

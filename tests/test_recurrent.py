@@ -33,18 +33,23 @@ def test_the_learner_replays_the_memory_the_actor_acted_with(recipe: str, env: s
     traj, _, _, _, _ = jax.jit(algo.rollout)(state.params, state.env_state, state.obs, state.memory, state.key)
     done = traj.terminated | traj.truncated
     assert done[:-1].any(), "no episode ended within the rollout: nothing to forget"
-    recurrence = algo.recurrence(traj)
+    recurrence = jax.jit(algo.recurrence)(traj)
     assert np.abs(jax.tree.leaves(recurrence.start)[0]).sum() > 0
     obs, action, log_prob, value = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1),
                                                 (traj.obs, traj.action, traj.log_prob, traj.value))
-    dist, replayed = algo.policy_value(state.params, recurrence, obs)
-    np.testing.assert_allclose(dist.log_prob(action), log_prob, atol=1e-5)
+
+    @jax.jit
+    def replay(first: jax.Array) -> tuple[jax.Array, jax.Array]:  # log-probabilities and values, ``first`` as given
+        dist, values = algo.policy_value(state.params, recurrence._replace(first=first), obs)
+        return dist.log_prob(action), values
+
+    replayed_log_prob, replayed = replay(recurrence.first)
+    np.testing.assert_allclose(replayed_log_prob, log_prob, atol=1e-5)
     np.testing.assert_allclose(replayed, value, atol=1e-5)
     # without forgetting where episodes began the replay would not be the actor's: neither the policy's nor the
     # value's (MAPPO's centralised critic has a memory of its own)
-    unforgetting, value_unforgetting = algo.policy_value(
-        state.params, recurrence._replace(first=jnp.zeros_like(recurrence.first)), obs)
-    assert np.abs(unforgetting.log_prob(action) - log_prob).max() > 1e-3
+    unforgetting, value_unforgetting = replay(jnp.zeros_like(recurrence.first))
+    assert np.abs(unforgetting - log_prob).max() > 1e-3
     assert np.abs(value_unforgetting - value).max() > 1e-3
 
 
@@ -57,17 +62,18 @@ def test_pqn_replays_the_memory_it_acted_with(memory: str) -> None:
                                  num_minibatches=2)
     state = jax.jit(algo.init)(jax.random.PRNGKey(1))
     state, _ = jax.jit(algo.step)(state)
-    traj, _, _, _, _ = jax.jit(algo.rollout)(state.params, state.env_state, state.obs, state.memory, state.key, 0.5)
+    rollout, q_values = jax.jit(algo.rollout), jax.jit(algo.q_values)
+    traj, _, _, _, _ = rollout(state.params, state.env_state, state.obs, state.memory, state.key, 0.5)
     done = np.asarray(traj.terminated | traj.truncated).T
     assert done[:, :-1].any() and not done[:, :-1].all()
     recurrence = memory_of(traj)
-    q = np.asarray(algo.q_values(state.params, recurrence, jnp.swapaxes(traj.obs, 0, 1)))
+    q = np.asarray(q_values(state.params, recurrence, jnp.swapaxes(traj.obs, 0, 1)))
     going_on = ~done[:, :-1]
     np.testing.assert_allclose(q[:, 1:].max(-1)[going_on], np.asarray(traj.next_value).T[:, :-1][going_on], atol=1e-5)
     # the actions were drawn from these Q-values: epsilon 0 gives the greedy ones
-    greedy, _, _, _, _ = jax.jit(algo.rollout)(state.params, state.env_state, state.obs, state.memory, state.key, 0.0)
-    np.testing.assert_array_equal(np.asarray(algo.q_values(state.params, memory_of(greedy),
-                                                           jnp.swapaxes(greedy.obs, 0, 1))).argmax(-1),
+    greedy, _, _, _, _ = rollout(state.params, state.env_state, state.obs, state.memory, state.key, 0.0)
+    np.testing.assert_array_equal(np.asarray(q_values(state.params, memory_of(greedy),
+                                                      jnp.swapaxes(greedy.obs, 0, 1))).argmax(-1),
                                   np.asarray(greedy.action).T)
 
 
