@@ -172,6 +172,15 @@ def finite_flags(state: PyTree, metrics: Metrics) -> Flags:
     return {name: total == 0 for name, total in zeros.items()}
 
 
+def setting_defaults(algorithm: Algorithm) -> dict[str, Any]:
+    """The default of each of ``algorithm``'s settings that has one, JSON-ready as
+    ``Algorithm.config`` writes its values: what a configuration saved before the setting
+    existed is read as holding (a setting is added with the default that keeps the
+    behaviour the algorithm had without it)."""
+    return {f.name: plain(f.default) for f in dataclasses.fields(algorithm)  # type: ignore[arg-type]
+            if f.default is not dataclasses.MISSING and not callable(f.default)}
+
+
 def field_name(key: Any) -> str:
     """The name in one step of a pytree path (a dataclass field, dict key or index)."""
     for attr in ("name", "key", "idx"):

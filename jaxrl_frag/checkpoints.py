@@ -214,19 +214,25 @@ def check_settings(every: int | None, keep: int, chunk_iterations: int | None = 
     check(keep > 0, "keep_checkpoints", keep, "must keep at least one checkpoint")
 
 
-def changed_settings(saved: dict[str, Any], now: dict[str, Any], ignore: Sequence[str] = ()) -> dict[str, str]:
+def changed_settings(saved: dict[str, Any], now: dict[str, Any], ignore: Sequence[str] = (),
+                     defaults: dict[str, Any] | None = None) -> dict[str, str]:
     """The settings that differ between a saved configuration and ``now`` (compared as
     JSON, so tuples equal lists), other than ``ignore``: name -> ``"name: old -> new"``.
+    A setting that ``saved`` does not name (one added since it was saved) counts as its
+    entry in ``defaults`` (``algorithms.setting_defaults``), so a run saved before a setting
+    existed continues where the setting is at its default.
 
     Args:
         saved: The configuration a checkpoint was saved with (``meta["config"]``).
         now: The current one (``Algorithm.config()``).
         ignore: Settings allowed to change.
+        defaults: The settings' defaults.
 
     Returns:
         One ``"name: old -> new"`` line per differing setting, by name; empty if none.
     """
-    now = json.loads(json.dumps(now, default=str))
+    now, defaults = json.loads(json.dumps([now, defaults or {}], default=str))
+    saved = {**{k: v for k, v in defaults.items() if k in now}, **saved}
     names = sorted(k for k in (saved.keys() | now.keys()) - set(ignore) if saved.get(k) != now.get(k))
     return {k: f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in names}
 

@@ -15,7 +15,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from jaxrl_frag import metrics as metrics_lib
-from jaxrl_frag.algorithms import Algorithm, plain
+from jaxrl_frag.algorithms import Algorithm, plain, setting_defaults
 from jaxrl_frag.checkpoints import Checkpoint, Checkpoints, changed_settings, check_settings, damaged_directory
 from jaxrl_frag.chunking import Chunk
 from jaxrl_frag.errors import NonFiniteError, check
@@ -234,7 +234,8 @@ class Program:
             if manager is not path:
                 manager.close()
         if checkpoint is not None:
-            changed = changed_settings(checkpoint.meta.get("config", {}), self.algorithm.config(), allow_changes)
+            changed = changed_settings(checkpoint.meta.get("config", {}), self.algorithm.config(), allow_changes,
+                                       setting_defaults(self.algorithm))
             check(not changed, "config", ", ".join(changed.values()),
                   "differs from the checkpoint's; resume with the saved settings or start a new run")
         return checkpoint

@@ -132,6 +132,29 @@ def test_resume_trains_on_to_a_longer_total_with_default_intervals(tmp_path: Pat
     assert status == 2 and "total_steps=2048" in err and "already taken" in err
 
 
+def test_a_run_saved_before_a_setting_existed_resumes_at_its_default(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A run whose config.json and checkpoints do not name ``clip_value`` (added to PPO after
+    such runs were saved) resumes with it at its default, the behaviour it was trained
+    with; asked to resume with the setting changed, it is refused."""
+    run_dir = tmp_path / "run"
+    assert run_cli(capsys, "train", "ppo", "--env", "CartPole-v1", "--total-steps", "2048",
+                   "--run-dir", str(run_dir))[0] == 0
+    saved = [run_dir / "config.json", *(run_dir / "checkpoints").glob("*/meta/metadata")]
+    for path in saved:
+        record = json.loads(path.read_text())
+        config = record.get("config", record)  # a checkpoint's meta holds the run's config under "config"
+        assert config.pop("clip_value") is True
+        path.write_text(json.dumps(record))
+    status, _, err = run_cli(capsys, "train", "ppo", "--env", "CartPole-v1", "--total-steps", "2048",
+                             "--no-clip-value", "--run-dir", str(run_dir), "--resume")
+    assert status == 2 and "clip_value: True -> False" in err
+    status, _, err = run_cli(capsys, "resume", str(run_dir), "--override", "total_steps=3072")
+    assert status == 0, err
+    with open(run_dir / "metrics.csv") as f:
+        assert [float(r["iteration"]) for r in csv.DictReader(f)][-1] == 6
+
+
 def test_actor_learner_trains_explains_and_resumes_from_the_command_line(tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "run"

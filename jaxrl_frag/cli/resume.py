@@ -26,6 +26,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def resume(args: argparse.Namespace) -> int:
+    from jaxrl_frag.algorithms import setting_defaults
     from jaxrl_frag.checkpoints import changed_settings
     from jaxrl_frag.cli.algorithm import make_algorithm
     from jaxrl_frag.distributed import is_main_process
@@ -42,7 +43,7 @@ def resume(args: argparse.Namespace) -> int:
                             coordinator=args.coordinator, num_processes=args.num_processes, process_id=args.process_id)
     algo, members = make_algorithm(train_args)
     config = resolved_config(train_args, algo)
-    changed = changed_settings(saved, config, (*RUNTIME_KEYS, *overrides))
+    changed = changed_settings(saved, config, (*RUNTIME_KEYS, *overrides), setting_defaults(algo))
     check(not changed, "config", ", ".join(changed.values()),
           "the saved settings no longer build the same run (was the recipe's code changed?); start a new run")
     return run(train_args, run_dir, algo, members, config, restart=args.restart)

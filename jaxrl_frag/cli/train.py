@@ -87,6 +87,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def train(args: argparse.Namespace) -> int:
+    from jaxrl_frag.algorithms import setting_defaults
     from jaxrl_frag.checkpoints import changed_settings
     from jaxrl_frag.distributed import is_main_process
     from jaxrl_frag.rundir import RunDir
@@ -103,7 +104,7 @@ def train(args: argparse.Namespace) -> int:
     algo, members = make_algorithm(args)
     config = resolved_config(args, algo)
     if saved is not None:
-        changed = changed_settings(saved, config, RUNTIME_KEYS)
+        changed = changed_settings(saved, config, RUNTIME_KEYS, setting_defaults(algo))
         safe = [name for name in changed if name in RESUMABLE_CHANGES]
         check(not changed, "resume", ", ".join(changed.values()),
               f"these settings differ from the run in {run_dir.path}; resume it unchanged with "
