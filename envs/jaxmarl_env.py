@@ -78,6 +78,11 @@ def _mabrax_names() -> list[str]:
     return list(_agent_action_mapping)
 
 
+def is_mabrax(env_id: str) -> bool:
+    """Whether ``env_id`` is one of JaxMARL's MABrax environments (``jaxmarl:ant_4x2``, ...)."""
+    return env_id.startswith(PREFIX) and env_id.removeprefix(PREFIX) in _mabrax_names()
+
+
 def ids() -> list[str]:
     """Every id this family serves."""
     return [PREFIX + name for name in (*_families(), *(SMAX + s for s in _smax_scenarios()))]

@@ -1,6 +1,10 @@
 """Full-state checkpoints with orbax: the whole training state, saved asynchronously and
 atomically every N iterations, the last k kept, restored onto any mesh.
 
+Arrays with no elements (an action mask of no actions, say) hold nothing to write and
+orbax refuses them: a step leaves them out, and a restore makes them again from the
+target's shapes.
+
 A step is written to a temporary directory and renamed when complete (orbax), so a
 kill during a write leaves the previous steps intact. Each step also records a
 fingerprint of the state (a wrapping integer sum of its bits, computed on device and
@@ -86,7 +90,7 @@ class Checkpoints:
                 configuration, the rows of metrics and a chunk in progress).
         """
         meta = {**meta, "iteration": iteration, "fingerprint": fingerprint(state)}
-        self._manager.save(iteration, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+        self._manager.save(iteration, args=ocp.args.Composite(state=ocp.args.StandardSave(_without_empty(state)),
                                                                meta=ocp.args.JsonSave(meta)))
 
     def wait(self) -> None:
@@ -114,8 +118,8 @@ class Checkpoints:
         for step in reversed(self.steps()):
             try:
                 restored = self._manager.restore(step, args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
-                state, meta = restored["state"], restored["meta"]
+                    state=ocp.args.StandardRestore(_without_empty(abstract)), meta=ocp.args.JsonRestore()))
+                state, meta = _with_empty(abstract, restored["state"]), restored["meta"]
                 problem = None if fingerprint(state) == meta["fingerprint"] else "its contents do not match its fingerprint"
             except Exception as error:
                 problem = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
@@ -187,6 +191,17 @@ def _quiet_stragglers() -> None:
 def _not_an_orbax_task(record: logging.LogRecord) -> bool:
     message = record.getMessage()
     return not (message.startswith("Task exception was never retrieved") and "orbax" in message)
+
+
+def _without_empty(tree: PyTree) -> PyTree:
+    """``tree`` with its arrays of no elements as ``None`` (orbax writes no such array)."""
+    return jax.tree.map(lambda x: None if 0 in x.shape else x, tree)
+
+
+def _with_empty(like: PyTree, tree: PyTree) -> PyTree:
+    """``tree`` read from a step, with the arrays of no elements it left out made again like ``like``'s."""
+    return jax.tree.map(lambda x, y: jax.device_put(np.zeros(x.shape, x.dtype), x.sharding) if y is None else y,
+                        like, tree)
 
 
 def damaged_directory(directory: Path) -> Path:

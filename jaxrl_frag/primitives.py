@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -162,7 +163,7 @@ def flatten_batch(tree: PyTree, batch_axis: int) -> PyTree:
 
     def flatten(x: jax.Array) -> jax.Array:
         x = jnp.moveaxis(x, batch_axis, 0)
-        x = x.reshape(-1, *x.shape[batch_axis + 1 :])
+        x = x.reshape(math.prod(x.shape[: batch_axis + 1]), *x.shape[batch_axis + 1 :])  # explicit: a leaf may be empty
         return rule.constrain(x, 0)
 
     return jax.tree.map(flatten, tree)

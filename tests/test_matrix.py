@@ -36,9 +36,11 @@ SMALL = {
     # a memory per agent, one recurrent torso per agent (stacked parameters) and a centralised critic
     "mappo-gru": (MULTI_AGENT, {**ON_POLICY, "memory": "gru", "shared_params": False}),
     "pqn-gru": ("CartPole-v1@obs=0,2", {**ON_POLICY, "memory": "gru"}),
+    # agents acting in a box (MABrax's kind of action, on a cheap MPE task): a Gaussian per agent, no action mask
+    "ippo-continuous": ("jaxmarl:MPE_simple_facmac_3a_v1", ON_POLICY),
 }
 # rows that are a recipe with other settings, and the recipe
-VARIANT_OF = {"ppo-gru": "ppo", "mappo-gru": "mappo", "pqn-gru": "pqn"}
+VARIANT_OF = {"ppo-gru": "ppo", "mappo-gru": "mappo", "pqn-gru": "pqn", "ippo-continuous": "ippo"}
 SEED = 3
 EXACT = {
     "data-parallel-exact": lambda: DataParallel(4, shuffle="exact"),
@@ -73,7 +75,7 @@ def reference(recipe: str) -> list[np.ndarray]:
 
 
 # the recurrent rows cost the most to compile (a minute and a half of make test-fast's share on 2 cores): make test
-# runs them, make test-fast keeps the feed-forward row of each recipe
+# runs them and the other variants, make test-fast keeps one row of each recipe
 RECIPES = [pytest.param(recipe, marks=pytest.mark.slow) if recipe in VARIANT_OF else recipe for recipe in SMALL]
 
 
