@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from poisoned_env import PoisonedRewards
@@ -115,6 +116,19 @@ def test_damaged_newest_step_falls_back_to_the_previous(saved: tuple[jf.Program,
     again = program.run(checkpoint, iterations=8)
     for a, b in zip(jax.tree.leaves(again.state), jax.tree.leaves(intact.state), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_an_array_of_no_elements_is_left_out_of_a_step_and_made_again(tmp_path: Path) -> None:
+    """orbax refuses to write an array with no elements (continuous agents' action mask,
+    ``[N, agents, 0]``, is one): a step leaves it out and a restore makes it again."""
+    state = {"mask": jnp.zeros((4, 3, 0), bool), "x": jnp.arange(6.0)}
+    manager = Checkpoints(tmp_path / "checkpoints")
+    manager.save(1, state, {})
+    restored = manager.restore(state)
+    manager.close()
+    assert restored.iteration == 1
+    assert restored.state["mask"].shape == (4, 3, 0) and restored.state["mask"].dtype == bool
+    np.testing.assert_array_equal(np.asarray(restored.state["x"]), np.arange(6.0))
 
 
 envs.register("PoisonedCartPole-v1", lambda after=16 * 5: PoisonedRewards(envs.GymnaxEnv.make("CartPole-v1"), after))

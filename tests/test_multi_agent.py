@@ -184,8 +184,18 @@ def test_a_multi_agent_run_evaluates_loads_and_exports(tmp_path: Path) -> None:
     np.testing.assert_array_equal(exported.call(tuple(batch), key), actions)
 
 
-@pytest.mark.parametrize(("recipe", "settings"), [
-    ("IPPO", {}), pytest.param("MAPPO", dict(shared_params=False), marks=pytest.mark.slow)])  # MAPPO: make test only
+def test_samples_with_an_action_mask_of_no_actions_merge_into_one_batch() -> None:
+    """Continuous agents' action masks have no entries (``[T, N, agents, 0]``); the
+    learner merges the time and environment axes of every field, those masks included."""
+    from jaxrl_frag.primitives import flatten_batch
+
+    fields = {"mask": jnp.zeros((8, 4, 3, 0), bool), "action": jnp.zeros((8, 4, 3, 5))}
+    flat = flatten_batch(fields, 1)
+    assert flat["mask"].shape == (32, 3, 0) and flat["action"].shape == (32, 3, 5)
+
+
+@pytest.mark.slow  # compiles two recipes: make test runs it, make test-fast has the unit tests of its two fixes
+@pytest.mark.parametrize(("recipe", "settings"), [("IPPO", {}), ("MAPPO", dict(shared_params=False))])
 def test_continuous_actions_train_and_resume_exactly(recipe: str, settings: dict, tmp_path: Path) -> None:
     """Agents acting in a box (MABrax's kind, here on a cheap MPE task): a Gaussian per
     agent; the learner's samples and the checkpointed state carry an action mask of no
