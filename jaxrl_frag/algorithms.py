@@ -174,11 +174,14 @@ def finite_flags(state: PyTree, metrics: Metrics) -> Flags:
 
 def setting_defaults(algorithm: Algorithm) -> dict[str, Any]:
     """The default of each of ``algorithm``'s settings that has one, JSON-ready as
-    ``Algorithm.config`` writes its values: what a configuration saved before the setting
-    existed is read as holding (a setting is added with the default that keeps the
-    behaviour the algorithm had without it)."""
-    return {f.name: plain(f.default) for f in dataclasses.fields(algorithm)  # type: ignore[arg-type]
-            if f.default is not dataclasses.MISSING and not callable(f.default)}
+    ``Algorithm.config`` writes its values, and those of the algorithms it wraps (a
+    transform's configuration holds its algorithm's): what a configuration saved before
+    the setting existed is read as holding (a setting is added with the default that keeps
+    the behaviour the algorithm had without it)."""
+    fields = dataclasses.fields(algorithm)  # type: ignore[arg-type]
+    wrapped = [getattr(algorithm, f.name) for f in fields if isinstance(getattr(algorithm, f.name), Algorithm)]
+    own = {f.name: plain(f.default) for f in fields if f.default is not dataclasses.MISSING and not callable(f.default)}
+    return {k: v for inner in wrapped for k, v in setting_defaults(inner).items()} | own
 
 
 def field_name(key: Any) -> str:

@@ -131,6 +131,29 @@ def test_an_array_of_no_elements_is_left_out_of_a_step_and_made_again(tmp_path: 
     np.testing.assert_array_equal(np.asarray(restored.state["x"]), np.arange(6.0))
 
 
+@pytest.mark.parametrize("transform", ["population", "boost", "evaluated"])
+def test_a_setting_a_wrapped_recipes_saved_configuration_lacks_counts_as_its_default(transform: str) -> None:
+    """A transform's configuration holds its recipe's settings (``--seeds``, ``--boost``,
+    ``--eval-every`` runs): one added to the recipe since the run was saved (PPO's
+    ``clip_value``) reads as its default there too, and only there."""
+    from jaxrl_frag.algorithms import setting_defaults
+    from jaxrl_frag.checkpoints import changed_settings
+    from jaxrl_frag.transforms import Population
+    from jaxrl_frag.transforms.boost import Boosted
+    from jaxrl_frag.transforms.evaluated import Evaluated
+
+    ppo = jf.recipes.PPO.create("CartPole-v1", num_envs=4, num_steps=8, total_steps=64)
+    algorithm = {"population": lambda: Population.of([ppo, ppo], [0, 1]),
+                 "boost": lambda: Boosted.create(ppo, ladder=(4, 8)),
+                 "evaluated": lambda: Evaluated.create(ppo, 1, 2)}[transform]()
+    now = algorithm.config()
+    saved = {name: value for name, value in now.items() if name != "clip_value"}
+    assert now["clip_value"] is True
+    assert changed_settings(saved, now, (), setting_defaults(algorithm)) == {}
+    assert changed_settings(saved, {**now, "clip_value": False}, (), setting_defaults(algorithm)) == {
+        "clip_value": "clip_value: True -> False"}
+
+
 envs.register("PoisonedCartPole-v1", lambda after=16 * 5: PoisonedRewards(envs.GymnaxEnv.make("CartPole-v1"), after))
 
 
