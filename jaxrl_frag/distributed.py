@@ -88,10 +88,14 @@ def stop_everywhere(message: str, status: int) -> NoReturn:
     too) prints ``jaxrl-frag: error: process I: ...`` with ``message`` to stderr and
     exits with ``status``, however far each has got. Checkpoints already written are
     kept; nothing else is cleaned up (the others may be inside a collective)."""
-    _client().key_value_set(STOP_KEY, json.dumps({"process": jax.process_index(), "message": message,
-                                                  "status": status}))
+    # print first: the store's watchers may end the others (process 0's coordinator with
+    # them) before the store's answer reaches this process
     print(f"jaxrl-frag: error: process {jax.process_index()}: {message}", file=sys.stderr, flush=True)
-    os._exit(status)
+    try:
+        _client().key_value_set(STOP_KEY, json.dumps({"process": jax.process_index(), "message": message,
+                                                      "status": status}))
+    finally:
+        os._exit(status)
 
 
 def _client() -> Any:
