@@ -37,10 +37,9 @@ class Chunk(NamedTuple):
     count: Any
 
     @classmethod
-    def empty(cls, algo: Algorithm, state: PyTree) -> Chunk:
-        """No iteration run yet: zero totals shaped like ``algo``'s metrics (host arrays)."""
-        shapes = jax.eval_shape(algo.checked_step, state)[1]
-        return cls({k: np.zeros(v.shape, np.float32) for k, v in shapes.items()}, np.int32(0))
+    def empty(cls, metric_shapes: dict[str, jax.ShapeDtypeStruct]) -> Chunk:
+        """No iteration run yet: zero totals shaped like the metrics (host arrays)."""
+        return cls({k: np.zeros(v.shape, np.float32) for k, v in metric_shapes.items()}, np.int32(0))
 
     def row(self) -> metrics_lib.Metrics:
         """The chunk's metrics so far (``metrics.reduce``), on the host."""

@@ -51,6 +51,7 @@ class Executor(Protocol):
 
     state_shape: PyTree
     state_sharding: PyTree
+    metric_shapes: dict[str, jax.ShapeDtypeStruct]  # an iteration's metrics (``Algorithm.checked_step``'s)
 
     def init(self, key: np.ndarray) -> PyTree:
         """The placed state at iteration 0 from a raw ``uint32[2]`` key."""
@@ -158,9 +159,11 @@ class SpmdExecutor:
         count = jax.ShapeDtypeStruct((), jnp.int32)
         rule = policy.lowering()
         self._step_fn = tracing.under(rule, tracing.step)
-        self.state_shape = jax.eval_shape(tracing.init, algorithm, key)
+        # every trace under the rule: the fragments' traces under it are made once and reused
+        self.state_shape = jax.eval_shape(tracing.under(rule, tracing.init), algorithm, key)
         self._replicated, self.state_sharding = policy.shardings(
             self.state_shape, lambda: tracing.batch_axes(self.trace_step()), algorithm.named_axes)
+        self.metric_shapes = jax.eval_shape(tracing.under(rule, tracing.checked_step), algorithm, self.state_shape)[1]
         rep, state = self._replicated, self.state_sharding
         call = tracing.under(rule, functools.partial(run_iterations, max_rows=max_rows, check_finite=check_finite))
         self._init = compile_run_once(jax.jit(tracing.under(rule, tracing.init), in_shardings=(rep, rep),
@@ -171,7 +174,7 @@ class SpmdExecutor:
                          if jax.process_count() > 1 else tracing.resumed)
         self._call = jax.jit(call, in_shardings=(rep, state, rep, rep, rep, rep),
                              out_shardings=(state, rep, rep, rep, rep, rep), donate_argnums=(1,)).lower(
-            algorithm, self.state_shape, Chunk.empty(algorithm, self.state_shape), count, count, count).compile()
+            algorithm, self.state_shape, Chunk.empty(self.metric_shapes), count, count, count).compile()
 
     def init(self, key: np.ndarray) -> PyTree:
         """The placed state at iteration 0 (``Executor.init``)."""

@@ -206,7 +206,7 @@ class Program:
     def _chunk(self, saved: dict[str, Any] | None) -> Chunk:
         """A chunk with no iteration run, or one in progress as a checkpoint saved it."""
         if saved is None:
-            return Chunk.empty(self.algorithm, self._executor.algorithm_state(self._executor.state_shape))
+            return Chunk.empty(self._executor.metric_shapes)
         return Chunk({k: np.asarray(v, np.float32) for k, v in saved["totals"].items()}, np.int32(saved["count"]))
 
     def restore(self, path: str | Path | Checkpoints, allow_changes: Sequence[str] = ()) -> Checkpoint:

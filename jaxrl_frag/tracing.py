@@ -9,7 +9,7 @@ from typing import Any
 import jax
 
 from jaxrl_frag import primitives
-from jaxrl_frag.algorithms import Algorithm
+from jaxrl_frag.algorithms import Algorithm, Flags
 from jaxrl_frag.errors import ConfigError
 from jaxrl_frag.graph import STATE, FragmentGraph
 from jaxrl_frag.metrics import Metrics
@@ -23,6 +23,10 @@ def init(algorithm: Algorithm, key: jax.Array) -> PyTree:
 
 def step(algorithm: Algorithm, state: PyTree) -> tuple[PyTree, Metrics]:
     return algorithm.step(state)
+
+
+def checked_step(algorithm: Algorithm, state: PyTree) -> tuple[PyTree, Metrics, Flags]:
+    return algorithm.checked_step(state)
 
 
 def resumed(algorithm: Algorithm, state: PyTree) -> PyTree:

@@ -194,14 +194,14 @@ class ActorLearnerExecutor:
         actor_rule = rule.for_role(partition.ACTOR)
         self._step_fn = tracing.under(rule, tracing.step)
         key = jax.ShapeDtypeStruct((2,), jnp.uint32)
-        shape = jax.eval_shape(tracing.init, algorithm, key)
+        shape = jax.eval_shape(tracing.under(rule, tracing.init), algorithm, key)
         self._shape = shape
         traced = self.trace_step()
         axes = tracing.batch_axes(traced)
         with_paths, self._treedef = jax.tree_util.tree_flatten_with_path(shape)
         fields = [field_name(path[0]) for path, _ in with_paths]
         avals = [leaf for _, leaf in with_paths]
-        metric_shapes = jax.eval_shape(self._step_fn, algorithm, shape)[1]
+        self.metric_shapes = metric_shapes = jax.eval_shape(self._step_fn, algorithm, shape)[1]
         split = partition.split_step(traced, len(jax.tree.leaves(algorithm)), fields, axes, sorted(metric_shapes))
         self._split = split
         self._shared = sorted(set(split.actor_held) & set(split.learner_held))
