@@ -1,12 +1,12 @@
 # make train: set up .venv if needed, then train PPO on CartPole-v1 (about a minute on 2 CPU cores)
 # make test:  set up .venv if needed, then lint, build the API reference (strict) and run the test suite but for
-#             the longest learning runs (under 12 minutes on 2 CPU cores once the compilation cache holds the suite's
-#             programs; see tests/conftest.py)
+#             the longest learning runs (once the compilation cache holds the suite's programs: 8 to 10 minutes on
+#             2 AMD EPYC cores, 13 to 14 on 2 Intel Xeon cores; see tests/conftest.py and benchmarks/RESULTS.md)
 # make test-long: the longest runs (marked long: Atari, Gymnasium, SMAX, Brax, the multi-process actor-learner and
 #             host-environment runs); CI (.ci/run) runs make test, then this
 # make test-fast: the unit and equivalence tests only, no learning thresholds, no real processes and not the
-#             recipe x policy matrix's recurrent rows (under 3 minutes once the compilation cache holds their
-#             programs; see tests/conftest.py)
+#             recipe x policy matrix's recurrent rows (once the compilation cache holds their programs: 2.5 minutes
+#             on 2 AMD EPYC cores, about 5 on 2 Intel Xeon cores)
 # make docs:  set up .venv if needed, then build the API reference into site/ (open site/index.html)
 VENV ?= .venv
 PYTHON ?= python3

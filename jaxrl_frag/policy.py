@@ -36,14 +36,27 @@ BatchAxes = Mapping[str, int]  # state field -> axis that carries the environmen
 NamedAxes = Mapping[str, Mapping[str, int]]  # axis name -> {state field: axis} (Algorithm.named_axes)
 
 
-# XLA's options for a program that runs once per run (``init``): its backend's optimisations
-# off, which about halves its compilation and costs a fraction of a second of running
+# XLA's options for a program that runs once per run (``init``): its backend's optimisations off, which about
+# halves its compilation and costs milliseconds of running
 RUN_ONCE_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+# and on CPU, for any program compiled for compile time rather than run time: XLA's fusion emitters off (its older
+# loop emitters instead), which more than halves a compilation again; a training program then runs 1.45-1.8x slower
+QUICK_CPU_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 
 
-def compile_run_once(lowered: jax.stages.Lowered) -> jax.stages.Compiled:
-    """``lowered`` compiled with ``RUN_ONCE_OPTIONS``: for programs that run once per run."""
-    return lowered.compile(compiler_options=RUN_ONCE_OPTIONS)
+def compile_options(run_once: bool = False) -> dict[str, Any]:
+    """XLA's options for a program: ``RUN_ONCE_OPTIONS`` for one that runs once per run
+    (``run_once``), and on CPU ``QUICK_CPU_OPTIONS`` too for such a program and for every
+    program while JAX's ``jax_disable_most_optimizations`` is set (which asks for compile
+    time over run time: short runs, tests); none otherwise (XLA's defaults)."""
+    quick = run_once or jax.config.read("jax_disable_most_optimizations")
+    cpu = QUICK_CPU_OPTIONS if quick and jax.default_backend() == "cpu" else {}
+    return {**(RUN_ONCE_OPTIONS if run_once else {}), **cpu}
+
+
+def compile_lowered(lowered: jax.stages.Lowered, run_once: bool = False) -> jax.stages.Compiled:
+    """``lowered`` compiled with ``compile_options(run_once)``."""
+    return lowered.compile(compiler_options=compile_options(run_once) or None)
 
 
 class Executor(Protocol):
@@ -166,15 +179,15 @@ class SpmdExecutor:
         self.metric_shapes = jax.eval_shape(tracing.under(rule, tracing.checked_step), algorithm, self.state_shape)[1]
         rep, state = self._replicated, self.state_sharding
         call = tracing.under(rule, functools.partial(run_iterations, max_rows=max_rows, check_finite=check_finite))
-        self._init = compile_run_once(jax.jit(tracing.under(rule, tracing.init), in_shardings=(rep, rep),
-                                              out_shardings=state).lower(algorithm, key))
+        self._init = compile_lowered(jax.jit(tracing.under(rule, tracing.init), in_shardings=(rep, rep),
+                                             out_shardings=state).lower(algorithm, key), run_once=True)
         # across processes traced under the rule, so that what it restarts (host environments' resets) runs in every
         # process on its own rows; within one, run as it is (no compilation)
         self._resumed = (jax.jit(tracing.under(rule, tracing.resumed), in_shardings=(rep, state), out_shardings=state)
                          if jax.process_count() > 1 else tracing.resumed)
-        self._call = jax.jit(call, in_shardings=(rep, state, rep, rep, rep, rep),
-                             out_shardings=(state, rep, rep, rep, rep, rep), donate_argnums=(1,)).lower(
-            algorithm, self.state_shape, Chunk.empty(self.metric_shapes), count, count, count).compile()
+        self._call = compile_lowered(jax.jit(call, in_shardings=(rep, state, rep, rep, rep, rep),
+                                             out_shardings=(state, rep, rep, rep, rep, rep), donate_argnums=(1,)).lower(
+            algorithm, self.state_shape, Chunk.empty(self.metric_shapes), count, count, count))
 
     def init(self, key: np.ndarray) -> PyTree:
         """The placed state at iteration 0 (``Executor.init``)."""
@@ -203,7 +216,7 @@ class SpmdExecutor:
         t0 = time.perf_counter()
         rep, state = self._replicated, self.state_sharding
         step = jax.jit(self._step_fn, in_shardings=(rep, state), out_shardings=(state, rep))
-        step = step.lower(self.algorithm, self.state_shape).compile()
+        step = compile_lowered(step.lower(self.algorithm, self.state_shape))
         step_seconds = time.perf_counter() - t0
         return Explanation(FragmentGraph.from_jaxpr(traced), self._placement(), audit(step.as_text()),
                            {"flops": float(costs.flops(traced)), **costs.xla_cost(step)}, costs.xla_memory(step),

@@ -35,7 +35,7 @@ from jaxrl_frag.errors import check
 from jaxrl_frag.explanation import Explanation, Transfer
 from jaxrl_frag.graph import FragmentGraph, describe_aval
 from jaxrl_frag.metrics import Metrics
-from jaxrl_frag.policy import BatchAxes, NamedAxes, Policy, compile_run_once
+from jaxrl_frag.policy import BatchAxes, NamedAxes, Policy, compile_lowered
 from jaxrl_frag.sharding.data_parallel import SHUFFLE_HELP, DataParallel
 from jaxrl_frag.sharding.mesh import device_groups, make_mesh, move
 from jaxrl_frag.transforms import packing, precision
@@ -266,16 +266,18 @@ class ActorLearnerExecutor:
         self._zeros = jax.device_put({k: np.zeros(v.shape, np.float32) for k, v in metric_shapes.items()}, l_rep)
         self._to_totals = functools.partial(jax.device_put, device=l_rep)
         self._health = jax.device_put((np.int32(0), {n: np.int32(_NEVER) for n in flag_names}), l_rep)
-        self._actor = jax.jit(actor_call, in_shardings=(a_rep, a_held_sh, lagged_a),
-                              out_shardings=(a_held_sh, flight_a), donate_argnums=(1,)
-                              ).lower(algorithm, a_held_avals, lagged.shapes()).compile()
-        self._learner = jax.jit(learner_call, in_shardings=(l_rep, l_held_sh, flight_l, l_rep, l_rep),
-                                out_shardings=(l_held_sh, lagged_l, l_rep, l_rep), donate_argnums=(1,)
-                                ).lower(algorithm, l_held_avals, flight.shapes(), self._zeros, self._health).compile()
-        self._actor_init = compile_run_once(jax.jit(actor_init, in_shardings=(a_rep, a_rep),
-                                                    out_shardings=a_held_sh).lower(algorithm, key))
-        self._learner_init = compile_run_once(jax.jit(learner_init, in_shardings=(l_rep, l_rep),
-                                                      out_shardings=(l_held_sh, lagged_l)).lower(algorithm, key))
+        self._actor = compile_lowered(jax.jit(actor_call, in_shardings=(a_rep, a_held_sh, lagged_a),
+                                              out_shardings=(a_held_sh, flight_a), donate_argnums=(1,)
+                                              ).lower(algorithm, a_held_avals, lagged.shapes()))
+        self._learner = compile_lowered(jax.jit(learner_call, in_shardings=(l_rep, l_held_sh, flight_l, l_rep, l_rep),
+                                                out_shardings=(l_held_sh, lagged_l, l_rep, l_rep), donate_argnums=(1,)
+                                                ).lower(algorithm, l_held_avals, flight.shapes(), self._zeros,
+                                                        self._health))
+        self._actor_init = compile_lowered(jax.jit(actor_init, in_shardings=(a_rep, a_rep),
+                                                   out_shardings=a_held_sh).lower(algorithm, key), run_once=True)
+        self._learner_init = compile_lowered(jax.jit(learner_init, in_shardings=(l_rep, l_rep),
+                                                     out_shardings=(l_held_sh, lagged_l)).lower(algorithm, key),
+                                             run_once=True)
         # across processes, Algorithm.resumed traced under the actor's rule on the whole state placed on the actor
         # group, where what a resumed run restarts (the environments) lives, so that it runs in every process
         self._on_actor = a_tree

@@ -78,6 +78,7 @@ def test_gradient_noise_terms_are_unbiased() -> None:
         assert error <= 4 * float(estimates.std()) / np.sqrt(len(estimates)), (float(estimates.mean()), expected)
 
 
+@pytest.mark.users_compilation
 @pytest.mark.parametrize(("minibatches", "count"), [("size", 4), ("count", 2)])
 def test_a_run_forced_to_one_rung_equals_the_fixed_run(minibatches: str, count: int) -> None:
     """``fixed`` at 4 of (2, 4, 8) environments, against plain PPO with 4 environments, the

@@ -55,8 +55,10 @@ def _check_rows(history: jf.History, evaluated: Evaluated) -> None:
                                _expected(evaluated, history.state))
 
 
-def test_training_is_bitwise_unchanged_and_each_row_reports_its_evaluations(
-        recipe: jf.recipes.PPO, plain: jf.History) -> None:
+@pytest.mark.users_compilation
+def test_training_is_bitwise_unchanged_and_each_row_reports_its_evaluations(recipe: jf.recipes.PPO) -> None:
+    # both programs compiled here, as a user's run is (the module's ``plain`` may have been compiled for another test)
+    plain = jf.compile(recipe, chunk_iterations=CHUNK).run(jax.random.PRNGKey(0))
     evaluated = Evaluated.create(recipe, EVERY, EPISODES)
     history = jf.compile(evaluated, chunk_iterations=CHUNK).run(jax.random.PRNGKey(0))
     inner, schedule = evaluated.split(history.state)

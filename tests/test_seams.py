@@ -1,5 +1,6 @@
 """The seams: a policy written outside the package compiles, runs and draws without an
-edit to it; a state field that carries the environment batch undeclared is refused."""
+edit to it; a state field that carries the environment batch undeclared is refused; the
+XLA options the executors compile with."""
 
 from __future__ import annotations
 
@@ -15,7 +16,15 @@ from jax.sharding import NamedSharding, PartitionSpec, Sharding
 
 import jaxrl_frag as jf
 from jaxrl_frag import primitives
-from jaxrl_frag.policy import BatchAxes, Executor, Policy, SpmdExecutor
+from jaxrl_frag.policy import (
+    QUICK_CPU_OPTIONS,
+    RUN_ONCE_OPTIONS,
+    BatchAxes,
+    Executor,
+    Policy,
+    SpmdExecutor,
+    compile_options,
+)
 from jaxrl_frag.sharding import SingleDevice
 from jaxrl_frag.sharding.mesh import split_state
 
@@ -130,3 +139,17 @@ def test_a_field_holding_the_batch_undeclared_is_refused_where_the_batch_is_spli
     assert refused.value.field == "state.obs" and says in str(refused.value), str(refused.value)
     assert "batched={'obs': 0}" in str(refused.value)
     jf.compile(_algorithm(fragment), SingleDevice())  # nothing is split: nothing to refuse
+
+
+def test_programs_compile_for_compile_time_where_jax_is_asked_to() -> None:
+    """XLA's defaults for a program, ``RUN_ONCE_OPTIONS`` for one that runs once; on CPU without the fusion emitters
+    for that one, and for every one while ``jax_disable_most_optimizations`` is set (as for this test: conftest)."""
+    assert jax.default_backend() == "cpu" and jax.config.read("jax_disable_most_optimizations")
+    assert compile_options() == QUICK_CPU_OPTIONS == {"xla_cpu_use_fusion_emitters": False}
+    assert compile_options(run_once=True) == {**RUN_ONCE_OPTIONS, **QUICK_CPU_OPTIONS}
+    jax.config.update("jax_disable_most_optimizations", False)
+    try:
+        assert compile_options() == {}
+        assert compile_options(run_once=True) == {**RUN_ONCE_OPTIONS, **QUICK_CPU_OPTIONS}
+    finally:
+        jax.config.update("jax_disable_most_optimizations", True)
