@@ -2,19 +2,20 @@
 budget, five strategies, seeds as populations.
 
     python benchmarks/boost.py --env CartPole-v1 [--seeds 5] [--budget 5e5] [--ladder 8,16,32,64]
-        [--minibatches size|count] [--out DIR]
+        [--minibatches batch|size|count] [--out DIR]
 
 Strategies: ``fixed-small`` and ``fixed-large`` (plain PPO at the ladder's bottom and
-top environment counts, for the whole budget, at the recipe's minibatch count), ``nitro``, ``gns`` and ``random``
-(``jaxrl_frag.transforms.boost``), whose rungs keep the bottom rung's minibatch size
-(``--minibatches size``, the default) or the recipe's minibatch count (``count``).
+top environment counts, for the whole budget, at the recipe's settings), ``nitro``,
+``gns`` and ``random`` (``jaxrl_frag.transforms.boost``), whose rungs keep what
+``--minibatches`` says: the bottom rung's batch (``batch``, the default), its minibatch
+size (``size``) or the recipe's minibatch count (``count``). Also on request (not among
+the defaults): ``fixed-top``, plain PPO at the boosted top rung's settings (its
+environments, steps and minibatches under ``--minibatches``), that rung run alone.
 Every strategy's seeds run as one population. The rounds' device-seconds come from
 ``boost.calibrate`` on this machine (each rung's actor, learner and probe fragments
-timed alone), one table for the boosted strategies and, where their rungs keep the
-minibatch size, another at the recipe's count for the fixed ones. Also on request
-(not among the defaults): ``fixed-large-size``, plain PPO at the top count with the
-bottom rung's minibatch size (the recipe's count times top / bottom), the boosted top
-rung run alone.
+timed alone): one table for the boosted strategies, ``fixed-small`` (their bottom
+rung) and ``fixed-top``, and unless their rungs keep the minibatch count another at the
+recipe's settings for ``fixed-large``.
 
 Reported per strategy: the final return (each seed's mean episode return over its
 last 10% of the budget; mean over seeds with a 95% bootstrap interval), environment
@@ -44,16 +45,16 @@ from jaxrl_frag.summary import bootstrap_ci
 from jaxrl_frag.transforms import Population, boost
 
 STRATEGIES = ("fixed-small", "fixed-large", "nitro", "gns", "random")
-EXTRA = ("fixed-large-size",)
+EXTRA = ("fixed-top",)
+KEPT = {"batch": "the bottom rung's batch", "size": "the minibatch size", "count": "the minibatch count"}
 GRID = 200  # points of the common environment-step axis the seeds' curves are read on
 
 
 def table_of(strategy: str, minibatches: str) -> str:
-    """Which calibration a strategy's rounds are priced by: that of rungs keeping the
-    minibatch ``size`` or the ``count``."""
-    if strategy in ("fixed-small", "fixed-large"):
-        return "count"
-    return "size" if strategy == "fixed-large-size" else minibatches
+    """Which calibration a strategy's rounds are priced by: the boosted rungs' (keeping
+    ``minibatches``; ``fixed-small`` is their bottom rung run alone), or for plain PPO
+    at the top count and the recipe's settings that of rungs keeping the ``count``."""
+    return "count" if strategy == "fixed-large" else minibatches
 
 
 def run_strategy(strategy: str, env: str, ladder: tuple[int, ...], budget: int, seeds: int,
@@ -61,16 +62,17 @@ def run_strategy(strategy: str, env: str, ladder: tuple[int, ...], budget: int, 
     """One strategy's population: per seed, its curve (env steps, return, actors), and
     the compile and run wall times."""
     seconds = tables[table_of(strategy, minibatches)]
+    top = PPO.create(env, **overrides, num_envs=ladder[-1], total_steps=budget)
     if strategy.startswith("fixed"):
         count = ladder[0] if strategy == "fixed-small" else ladder[-1]
         settings = {**overrides, "num_envs": count, "total_steps": budget}
-        if strategy == "fixed-large-size":
-            settings["num_minibatches"] = PPO.create(env, **settings).num_minibatches * ladder[-1] // ladder[0]
+        if strategy == "fixed-top":
+            boosted = boost.Boosted.create(top, ladder=ladder, budget_steps=budget, minibatches=minibatches)
+            settings |= {"num_steps": boosted.rung_steps[-1], "num_minibatches": boosted.rung_minibatches[-1]}
         algo = PPO.create(env, **settings)
         round_seconds = seconds[ladder.index(count), :2].sum()
     else:
         table = seconds if strategy in boost.PROBING else seconds * np.array([1, 1, 0])
-        top = PPO.create(env, **overrides, num_envs=ladder[-1], total_steps=budget)
         algo = boost.Boosted.create(top, round_seconds=table, strategy=strategy, ladder=ladder, budget_steps=budget,
                                     minibatches=minibatches)
     t0 = time.perf_counter()
@@ -164,7 +166,8 @@ def main() -> None:
     parser.add_argument("--ladder", default="8,16,32,64")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--minibatches", choices=boost.MINIBATCHES, default=boost.Boosted.defaults()["minibatches"],
-                        help="what the boosted strategies' rungs keep: the bottom rung's minibatch size, or the count")
+                        help="what the boosted strategies' rungs keep: the bottom rung's batch, its minibatch size, "
+                             "or the minibatch count")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a PPO setting for every strategy, e.g. torso=mlp")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/boost"))
@@ -185,7 +188,7 @@ def main() -> None:
         probe = boost.Boosted.create(PPO.create(args.env, **overrides, num_envs=ladder[-1], total_steps=budget),
                                      strategy="nitro", ladder=ladder, budget_steps=budget, minibatches=minibatches)
         tables[minibatches] = seconds = np.asarray(boost.calibrate(probe).round_seconds)
-        print(f"calibrated rungs keeping the minibatch {minibatches} in {time.perf_counter() - t0:.0f} s on "
+        print(f"calibrated rungs keeping {KEPT[minibatches]} in {time.perf_counter() - t0:.0f} s on "
               f"{jax.devices()[0].platform}; per round (actor, learner, probe seconds) at rungs {ladder}: "
               f"{np.round(seconds, 4).tolist()}; probe share {np.round(seconds[:, 2] / seconds.sum(axis=1), 3).tolist()}",
               flush=True)
@@ -210,7 +213,7 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, ladder:
             reach = steps_to_reach(r, target, grid, smooth=GRID // 20)
             summary[name] |= {"steps_to_fixed_large": reach, "fraction_of_fixed_large": reach / budget}
     print(f"\nPPO on {args.env}, budget {budget:.3g} steps per seed, {args.seeds} seeds, ladder {ladder}, "
-          f"boosted rungs keep the minibatch {args.minibatches}\n")
+          f"boosted rungs keep {KEPT[args.minibatches]}\n")
     print("| strategy | final return (95% CI) | env steps | device-seconds | mean actors | steps to fixed-large's "
           "final (fraction) |")
     print("|---|---|---|---|---|---|")

@@ -58,6 +58,8 @@ CASES = [
     ([*TRAIN, "--boost", "nitro", "--boost-minibatches", "count", "--num-minibatches", "3", "--boost-ladder", "3,7,9"],
      ["boost_ladder=7", "num_minibatches=3", "choose one of"]),
     ([*TRAIN, "--boost", "nitro", "--num-minibatches", "1", "--boost-ladder", "4,6"],
+     ["boost_ladder='4,6'", "not a whole number", "make every rung divide 512", "--boost-minibatches size"]),
+    ([*TRAIN, "--boost", "nitro", "--boost-minibatches", "size", "--num-minibatches", "1", "--boost-ladder", "4,6"],
      ["boost_ladder='4,6'", "not a whole number", "--boost-minibatches count"]),
     ([*TRAIN, "--boost", "nitro", "--num-envs", "8"], ["num_envs=8", "--boost-ladder", "drop --num-envs"]),
     ([*TRAIN, "--boost", "fixed", "--boost-fixed-actors", "24"], ["boost_fixed_actors=24", "rung of the ladder"]),

@@ -1,6 +1,7 @@
 """Adaptive actor boosting: the curvature and noise probes against exact values, rung
 switches that keep every environment's state, a forced rung equal to the fixed run,
-the rungs' minibatches (their size kept, or their count) and the ladders refused, the
+the rungs' steps and minibatches (the batch kept, the minibatch size or the count) and
+the ladders refused, the
 controller's rule, budgets that end the run, and the controller in checkpoints."""
 
 from __future__ import annotations
@@ -79,23 +80,26 @@ def test_gradient_noise_terms_are_unbiased() -> None:
 
 
 @pytest.mark.users_compilation
-@pytest.mark.parametrize(("minibatches", "count"), [("size", 4), ("count", 2)])
-def test_a_run_forced_to_one_rung_equals_the_fixed_run(minibatches: str, count: int) -> None:
+@pytest.mark.parametrize(("minibatches", "steps", "count"), [("batch", 8, 2), ("size", 16, 4), ("count", 16, 2)])
+def test_a_run_forced_to_one_rung_equals_the_fixed_run(minibatches: str, steps: int, count: int) -> None:
     """``fixed`` at 4 of (2, 4, 8) environments, against plain PPO with 4 environments, the
-    rung's minibatch count (``size``: 4, twice the bottom rung's 2, so that a minibatch is
-    the bottom rung's 16 samples; ``count``: the given 2) and the same budget: the same
-    rows, parameters, environments and observations, bitwise; the pool's other
+    rung's steps and minibatch count (``batch``: 8 steps, half the bottom rung's 16, in
+    the given 2 minibatches, so that a round is the bottom rung's 32 samples; ``size``:
+    16 steps in 4 minibatches, twice the bottom rung's 2, so that a minibatch is the
+    bottom rung's 16 samples; ``count``: 16 steps in the given 2) and the same budget:
+    the same rows, parameters, environments and observations, bitwise; the pool's other
     environments untouched since the start."""
     budget = 4 * 16 * 6
-    plain = small_ppo(num_envs=4, num_minibatches=count, total_steps=budget, anneal_lr=False)
+    plain = small_ppo(num_envs=4, num_steps=steps, num_minibatches=count, total_steps=budget, anneal_lr=False)
     boosted = boost.Boosted.create(small_ppo(anneal_lr=False), strategy="fixed", fixed_actors=4, ladder=LADDER,
                                    budget_steps=budget, minibatches=minibatches)
-    assert boosted.rung(1, plain.lr).num_minibatches == count
+    rung = boosted.rung(1, plain.lr)
+    assert (rung.num_steps, rung.num_minibatches) == (steps, count)
     key = jax.random.PRNGKey(5)
     fixed = jf.compile(plain, chunk_iterations=1).run(key)
     program = jf.compile(boosted)
     run = program.run(key)
-    assert run.iteration == fixed.iteration == 6 and run.final["env_steps"] == budget
+    assert run.iteration == fixed.iteration == budget // (4 * steps) and run.final["env_steps"] == budget
     for name in fixed.rows[0]:
         if name != "sps":
             np.testing.assert_array_equal(run[name], fixed[name], err_msg=name)
@@ -109,31 +113,39 @@ def test_a_run_forced_to_one_rung_equals_the_fixed_run(minibatches: str, count: 
                         jax.tree.map(lambda x: x[4:], (start.env_state, start.obs)))
 
 
-def test_rungs_keep_the_minibatch_size_or_the_count() -> None:
-    """On (4, 8, 16) environments from 2 minibatches: under ``size`` rung ``n`` takes
-    ``2 * n / 4`` minibatches, all of 32 samples (the probe's bottom rung keeps 2); under
-    ``count`` every rung takes 2. Either way the configuration keeps the given count, and
-    rebuilt from it (as a resumed run is) gives the same rungs."""
+def test_rungs_keep_the_batch_the_minibatch_size_or_the_count() -> None:
+    """On (4, 8, 16) environments from 16 steps in 2 minibatches: under ``batch`` rung
+    ``n`` steps ``16 * 4 / n`` times, every round 64 samples in 2 minibatches of 32; under
+    ``size`` rung ``n`` takes ``2 * n / 4`` minibatches, all of 32 samples (the probe's
+    bottom rung keeps 2); under ``count`` every rung takes 2. Every way the configuration
+    keeps the given steps and count, and rebuilt from it (as a resumed run is) gives the
+    same rungs."""
     recipe = small_ppo(num_envs=16)
-    for minibatches, counts, sizes in (("size", (2, 4, 8), (32, 32, 32)), ("count", (2, 2, 2), (32, 64, 128))):
+    for minibatches, steps, counts, sizes in (("batch", (16, 8, 4), (2, 2, 2), (32, 32, 32)),
+                                              ("size", (16, 16, 16), (2, 4, 8), (32, 32, 32)),
+                                              ("count", (16, 16, 16), (2, 2, 2), (32, 64, 128))):
         boosted = boost.Boosted.create(recipe, ladder=(4, 8, 16), minibatches=minibatches)
         rungs = [boosted.rung(i, recipe.lr) for i in range(3)]
+        assert tuple(r.num_steps for r in rungs) == boosted.rung_steps == steps
+        assert boosted.round_steps == tuple(n * length for n, length in zip((4, 8, 16), steps, strict=True))
         assert tuple(r.num_minibatches for r in rungs) == boosted.rung_minibatches == counts
         assert tuple(r.num_envs * r.num_steps // r.num_minibatches for r in rungs) == sizes
         config = boosted.config()
         assert boosted.recipe.num_minibatches == config["num_minibatches"] == 2
+        assert boosted.recipe.num_steps == config["num_steps"] == 16
         assert config["minibatches"] == minibatches
         saved = {k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(json.dumps(config)).items()}
         rebuilt = boost.Boosted.create(PPO.create(config["env"], **{k: saved[k] for k in PPO.fields()}),
                                        **{k: saved[k] for k in boost.Boosted.defaults()})
-        assert rebuilt.rung_minibatches == counts and rebuilt.config() == config
+        assert (rebuilt.rung_steps, rebuilt.rung_minibatches) == (steps, counts) and rebuilt.config() == config
 
 
 def test_a_ladder_whose_minibatches_do_not_fit_is_refused_before_tracing(
         monkeypatch: pytest.MonkeyPatch, tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
-    """Under ``size``, a rung whose count ``num_minibatches * n / ladder[0]`` is not whole,
-    and a rung whose recipe refuses its count (IMPALA's must divide the rung's
-    environments), are refused by name with the fix, before anything is traced; from the
+    """Under ``batch`` (the default), a rung whose steps ``num_steps * ladder[0] / n`` are
+    not whole; under ``size``, a rung whose count ``num_minibatches * n / ladder[0]`` is
+    not whole; and a rung whose recipe refuses its count (IMPALA's must divide the rung's
+    environments) are refused by name with the fix, before anything is traced; from the
     command line with exit status 2."""
     one = small_ppo(num_envs=6, num_minibatches=1)
     impala = IMPALA.create("CartPole-v1", num_envs=8, num_steps=16, num_minibatches=4, hidden=(16,))
@@ -144,21 +156,25 @@ def test_a_ladder_whose_minibatches_do_not_fit_is_refused_before_tracing(
     with monkeypatch.context() as patch:
         for name in ("eval_shape", "make_jaxpr", "jit"):
             patch.setattr(jax, name, traced)
-        with pytest.raises(ConfigError, match=re.escape("takes num_minibatches * 6 / ladder[0] = 1 * 6 / 4")) as error:
+        with pytest.raises(ConfigError, match=re.escape("steps each num_steps * ladder[0] / 6 = 16 * 4 / 6 times")) as error:
             boost.Boosted.create(one, ladder=(4, 6))
+        assert error.value.field == "boost_ladder" and error.value.value == "4,6"
+        assert "make every rung divide 64, or give --boost-minibatches size" in error.value.fix
+        with pytest.raises(ConfigError, match=re.escape("takes num_minibatches * 6 / ladder[0] = 1 * 6 / 4")) as error:
+            boost.Boosted.create(one, ladder=(4, 6), minibatches="size")
         assert error.value.field == "boost_ladder" and error.value.value == "4,6"
         assert "multiple of 4, or --num-minibatches a multiple of 2, or give --boost-minibatches count" in error.value.fix
         with pytest.raises(ConfigError, match="num_minibatches=4: must divide num_envs = 2") as error:
             boost.Boosted.create(impala, ladder=(2, 4, 8))
         assert error.value.field == "boost_ladder" and error.value.value == 2
-        with pytest.raises(ConfigError, match=r"choose size .* or count") as error:
+        with pytest.raises(ConfigError, match=r"choose batch .*, size .* or count") as error:
             boost.Boosted.create(one, ladder=(4, 6), minibatches="sizes")
         assert error.value.field == "boost_minibatches"
     assert boost.Boosted.create(one, ladder=(4, 6), minibatches="count").rung_minibatches == (1, 1)
     status = main(["train", "ppo", "--env", "CartPole-v1", "--boost", "nitro", "--boost-ladder", "4,6",
                    "--num-minibatches", "1", "--num-steps", "16", "--run-dir", str(tmp_path / "run")])
     assert status == 2
-    assert "boost_ladder='4,6': under --boost-minibatches size" in capsys.readouterr().err
+    assert "boost_ladder='4,6': under --boost-minibatches batch" in capsys.readouterr().err
 
 
 def test_switching_rungs_keeps_every_environments_state() -> None:
@@ -189,7 +205,7 @@ def test_the_controller_follows_nitros_rule() -> None:
     """boost_t from the window's minimum and maximum, the floor at half the budget, the
     nearest rung, and the budget's last rounds at the largest rung that fits."""
     boosted = boost.Boosted.create(PPO.create("CartPole-v1", num_envs=64, num_steps=10), ladder=(8, 16, 32, 64),
-                                   budget_steps=10_000)
+                                   budget_steps=10_000, minibatches="size")
     ratios = jnp.array([1.0, 3.0, 2.0, 5.0, 4.0, 0.0])
     c = boosted.init(jax.random.PRNGKey(0)).controller.replace(ratios=ratios, seen=jnp.int32(6),
                                                                 env_steps=jnp.int32(5_000))
@@ -219,7 +235,8 @@ def nitro_program() -> jf.Program:
 
 def test_a_cost_budget_ends_the_run(nitro_program: jf.Program) -> None:
     """Rounds cost ``actor_price * actor + learner_price * (learner + probe)`` seconds at
-    their rung; the run stops when no rung fits, its rows one per round."""
+    their rung, each the bottom rung's 2 * 16 environment steps; the run stops when no
+    rung fits, its rows one per round."""
     history = nitro_program.run(jax.random.PRNGKey(1))
     cost = {2: 4.0, 4: 7.0, 8: 13.0}
     actors = history["actors"].astype(int)
@@ -228,7 +245,7 @@ def test_a_cost_budget_ends_the_run(nitro_program: jf.Program) -> None:
     np.testing.assert_allclose(history["cost_total"], spent, rtol=1e-6)
     assert spent[-1] <= 60.0 < spent[-1] + cost[2]
     assert history.iteration == len(actors) < nitro_program.algorithm.num_iterations
-    np.testing.assert_array_equal(history["env_steps"], np.cumsum(actors) * 16)
+    np.testing.assert_array_equal(history["env_steps"], np.arange(1, len(actors) + 1) * 32)
     assert np.isfinite(history["lambda_min"]).all() and (history["lambda_max"] > 0).all()
 
 
@@ -265,11 +282,11 @@ def test_cli_boosted_run_writes_the_actor_counts(tmp_path: object, capsys: pytes
         rows = list(csv.DictReader(f))
     actors = [int(float(r["actors"])) for r in rows]
     assert set(actors) <= set(LADDER)
-    assert [float(r["env_steps"]) for r in rows] == list(np.cumsum(actors) * 16.0)
+    assert [float(r["env_steps"]) for r in rows] == list(np.arange(1, len(rows) + 1) * 2 * 16.0)  # the bottom's batch
     assert 1200 - 2 * 16 < float(rows[-1]["env_steps"]) <= 1200
     config = json.loads((run_dir / "config.json").read_text())
     assert config["strategy"] == "gns" and config["ladder"] == list(LADDER) and config["chunk_iterations"] == 1
-    assert config["minibatches"] == "size" and config["num_minibatches"] == 2  # the bottom rung's, as given
+    assert config["minibatches"] == "batch" and config["num_minibatches"] == 2  # the bottom rung's, as given
     seconds = np.array(config["round_seconds"])
     assert seconds.shape == (3, 3) and (seconds > 0).all()
     np.testing.assert_allclose([float(rows[-1]["device_seconds_total"])],

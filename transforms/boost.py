@@ -3,13 +3,22 @@ the loss surface is locally convex, under a budget.
 
 A ``Boosted`` run keeps its recipe's state for ``ladder[-1]`` environments (the pool)
 and runs each round (one iteration of the recipe) at one rung of the ladder: on the
-pool's first ``n`` environments, the others keeping their state. The batch grows with
-the rung, and by default (``minibatches="size"``) so does the minibatch count: the
-recipe's ``num_minibatches`` is the bottom rung's, rung ``n`` takes ``num_minibatches *
-n / ladder[0]``, so that every rung's minibatches hold as many samples as the bottom
-rung's and a sample is learned from as often at every rung (RLlib's fixed SGD minibatch
-size, which Nitro ran on). ``minibatches="count"`` splits every rung's batch into
-``num_minibatches``: the larger the rung, the fewer updates per sample. Every rung is
+pool's first ``n`` environments, the others keeping their state. What stays fixed
+across the rungs is ``minibatches``:
+
+- ``"batch"`` (the default): every round gathers the bottom rung's batch, rung ``n``
+  stepping each environment ``num_steps * ladder[0] / n`` times, and learns from it as
+  the bottom rung does. More actors gather the same samples in fewer sequential steps:
+  at equal environment steps a run makes as many policy iterations and updates at
+  every rung; a rung changes the rollouts' length (how soon advantages bootstrap).
+- ``"size"``: the batch grows with the rung and so does the minibatch count (rung ``n``
+  takes ``num_minibatches * n / ladder[0]``), each minibatch the bottom rung's size: a
+  sample is learned from as often at every rung (RLlib's fixed SGD minibatch size,
+  which Nitro ran on), but a larger rung is one policy iteration for more samples.
+- ``"count"``: the batch grows and every rung splits it into ``num_minibatches``: the
+  larger the rung, the fewer updates per sample.
+
+Every rung is
 one branch of a conditional in the compiled training program, so the whole ladder is
 compiled ahead of time with it and moving between rungs is a branch taken on device:
 no recompiling, no host round trip.
@@ -57,7 +66,7 @@ from jaxrl_frag.metrics import Metrics
 PyTree = Any
 STRATEGIES = ("nitro", "gns", "random", "fixed")
 PROBING = ("nitro", "gns")
-Minibatches = Literal["size", "count"]  # what stays fixed across the rungs: the minibatches' size or their count
+Minibatches = Literal["batch", "size", "count"]  # what stays fixed across the rungs: the batch, the minibatch size or count
 MINIBATCHES: tuple[str, ...] = typing.get_args(Minibatches)
 
 
@@ -129,15 +138,18 @@ class Boosted(Algorithm):
     rung_envs: tuple[Any, ...] = static_field()
     batched: tuple[tuple[str, int], ...] = static_field()  # the recipe state's environment-batched fields, axes
     rung_minibatches: tuple[int, ...] = static_field()  # each rung's num_minibatches (the recipe's: the bottom's)
+    rung_steps: tuple[int, ...] = static_field()  # each rung's num_steps (the recipe's: the bottom's)
     strategy: str = static_field("nitro", flag="--boost", help="nitro (curvature), gns (gradient noise scale), "
                                  "random (ablation) or fixed (always --boost-fixed-actors)")
     ladder: tuple[int, ...] = static_field((8, 16, 32, 64), flag="--boost-ladder",
                                            help="environment counts a round may run at, ascending")
     minibatches: Minibatches = static_field(
-        "size", flag="--boost-minibatches",
-        help="size: every rung's minibatches hold the bottom rung's number of samples (--num-minibatches is the "
-             "bottom rung's count, rung n takes num_minibatches * n / ladder[0]: updates per sample stay fixed); "
-             "count: every rung splits its batch into --num-minibatches (fewer updates per sample at larger rungs)")
+        "batch", flag="--boost-minibatches",
+        help="batch: every rung gathers the bottom rung's batch (rung n steps each environment num_steps * "
+             "ladder[0] / n times) and learns from it in --num-minibatches; size: the batch grows with the rung, "
+             "its minibatches the bottom rung's size (rung n takes num_minibatches * n / ladder[0]: updates per "
+             "sample stay fixed); count: the batch grows, split into --num-minibatches (fewer updates per sample "
+             "at larger rungs)")
     fixed_actors: int = static_field(0, flag="--boost-fixed-actors",
                                      help="fixed: the rung every round runs at (0: the top)")
     window: int = static_field(6, flag="--boost-window", help="nitro: rounds whose ratios scale the newest one")
@@ -188,8 +200,8 @@ class Boosted(Algorithm):
               "buffer is shaped by its environment count")
         check(s["strategy"] in STRATEGIES, "boost", s["strategy"], f"choose one of {', '.join(STRATEGIES)} or off")
         check(s["minibatches"] in MINIBATCHES, "boost_minibatches", s["minibatches"],
-              "choose size (every rung's minibatches the bottom rung's size) or count (every rung's batch in "
-              "num_minibatches)")
+              "choose batch (every rung the bottom rung's batch), size (every rung's minibatches the bottom "
+              "rung's size) or count (every rung's batch in num_minibatches)")
         check(recipe.env.capabilities.traceable, "boost", s["strategy"],
               "steps a slice of a pool of environments traced into the program; these step outside it (host "
               "environments, gymnasium: or ale:): turn boosting off")
@@ -213,11 +225,20 @@ class Boosted(Algorithm):
         smallest = ladder[0] * recipe.num_steps
         check(s["budget_steps"] >= smallest, "budget_steps", s["budget_steps"],
               f"must cover one round at the bottom rung ({ladder[0]} * num_steps = {smallest} steps); raise it")
-        largest = ladder[-1] * recipe.num_steps
-        check(s["budget_steps"] <= INT32_MAX - largest, "budget_steps", s["budget_steps"],
-              f"must be at most {INT32_MAX:,} - {ladder[-1]} * num_steps = {INT32_MAX - largest:,} (the controller "
-              "counts the steps spent in int32): lower --budget-steps (default --total-steps)")
         base = recipe.num_minibatches  # the bottom rung's count
+        steps = (recipe.num_steps,) * len(ladder)
+        if s["minibatches"] == "batch":
+            for n in ladder:
+                check(smallest % n == 0, "boost_ladder", ",".join(map(str, ladder)),
+                      lambda n=n: f"under --boost-minibatches batch the rung of {n} environments steps each "
+                      f"num_steps * ladder[0] / {n} = {recipe.num_steps} * {ladder[0]} / {n} times (the bottom rung's "
+                      f"batch), not a whole number: make every rung divide {smallest}, or give --boost-minibatches "
+                      "size")
+            steps = tuple(smallest // n for n in ladder)
+        largest = max(n * length for n, length in zip(ladder, steps, strict=True))
+        check(s["budget_steps"] <= INT32_MAX - largest, "budget_steps", s["budget_steps"],
+              f"must be at most {INT32_MAX:,} - {largest:,} (the largest round's steps; the controller counts the "
+              "steps spent in int32): lower --budget-steps (default --total-steps)")
         if s["minibatches"] == "size":
             multiple = ladder[0] // math.gcd(base, ladder[0])  # the rungs whose count is whole
             whole = math.lcm(*(ladder[0] // math.gcd(n, ladder[0]) for n in ladder))  # the counts that make all whole
@@ -233,28 +254,34 @@ class Boosted(Algorithm):
         kind = type(recipe)
         own = {name: getattr(recipe, name) for name in kind.fields()}
         rungs = []
-        for n, count in zip(ladder, counts, strict=True):
+        for n, count, length in zip(ladder, counts, steps, strict=True):
             try:
-                rungs.append(kind.create(recipe.env.name, **own | {"num_envs": n, "num_minibatches": count}))
+                rungs.append(kind.create(recipe.env.name,
+                                         **own | {"num_envs": n, "num_steps": length, "num_minibatches": count}))
             except ConfigError as error:
-                raise ConfigError("boost_ladder", n, f"is a rung the recipe cannot run at (with {count} minibatches, "
-                                                     f"--boost-minibatches {s['minibatches']}): {error}") from None
-        # the pool's recipe keeps the given count, so that its configuration rebuilds the same run
-        top = rungs[-1].replace(num_minibatches=base)
+                raise ConfigError("boost_ladder", n, f"is a rung the recipe cannot run at ({length} steps, {count} "
+                                  f"minibatches, --boost-minibatches {s['minibatches']}): {error}") from None
+        # the pool's recipe keeps the given steps and count, so that its configuration rebuilds the same run
+        top = rungs[-1].replace(num_steps=recipe.num_steps, num_minibatches=base)
         shape = jax.eval_shape(top.init, jax.ShapeDtypeStruct((2,), jnp.uint32))
         batched = tracing.batch_axes(jax.make_jaxpr(tracing.step)(top, shape))
         seconds = np.zeros((len(ladder), 3), np.float32) if round_seconds is None else np.asarray(round_seconds)
         check(seconds.shape == (len(ladder), 3), "round_seconds", seconds.shape, f"must be ({len(ladder)}, 3)")
-        return cls(top, tuple(r.env for r in rungs), tuple(sorted(batched.items())), counts,
+        return cls(top, tuple(r.env for r in rungs), tuple(sorted(batched.items())), counts, steps,
                    round_seconds=jnp.asarray(seconds, jnp.float32), **s)
 
     # -- sizes and costs -------------------------------------------------------------
 
     @property
+    def round_steps(self) -> tuple[int, ...]:
+        """Environment steps of one round at each rung."""
+        return tuple(n * length for n, length in zip(self.ladder, self.rung_steps, strict=True))
+
+    @property
     def steps_per_iteration(self) -> int:
         """Environment steps of a round at the bottom rung (rounds vary: the rows' env
         steps come from the metric ``env_steps_total``)."""
-        return self.ladder[0] * self.recipe.num_steps
+        return self.round_steps[0]
 
     @property
     def num_iterations(self) -> int:
@@ -272,9 +299,10 @@ class Boosted(Algorithm):
         return self.actor_price * seconds[..., 0] + self.learner_price * (seconds[..., 1] + seconds[..., 2])
 
     def rung(self, index: int, lr: jax.Array | float) -> Boostable:
-        """The recipe at rung ``index`` with that rung's minibatch count, its learning rate
-        ``lr`` (annealing is the controller's)."""
-        return self.recipe.replace(num_envs=self.ladder[index], num_minibatches=self.rung_minibatches[index],
+        """The recipe at rung ``index`` with that rung's steps and minibatch count, its
+        learning rate ``lr`` (annealing is the controller's)."""
+        return self.recipe.replace(num_envs=self.ladder[index], num_steps=self.rung_steps[index],
+                                   num_minibatches=self.rung_minibatches[index],
                                    env=self.rung_envs[index], anneal_lr=False, lr=lr)
 
     def progress(self, c: Controller) -> jax.Array:
@@ -283,7 +311,7 @@ class Boosted(Algorithm):
 
     def affordable(self, c: Controller) -> jax.Array:
         """For each rung, whether one more round at it fits in the budget."""
-        steps = jnp.asarray(self.ladder) * self.recipe.num_steps
+        steps = jnp.asarray(self.round_steps)
         return (c.env_steps + steps <= self.budget_steps) & (c.cost + self.round_cost <= self.budget_cost)
 
     def finished(self, state: BoostState) -> jax.Array:
@@ -340,7 +368,7 @@ class Boosted(Algorithm):
             true_norm, trace = c.noise
             critical = trace / jnp.where(true_norm > 0, true_norm, 1.0)  # samples per batch worth the noise
             boost = jnp.where(c.seen == 0, 0.0,
-                              jnp.where(true_norm > 0, jnp.clip(critical / (top * self.recipe.num_steps), 0, 1), 1.0))
+                              jnp.where(true_norm > 0, jnp.clip(critical / max(self.round_steps), 0, 1), 1.0))
         elif self.strategy == "random":
             boost = jax.random.uniform(key)
         else:
@@ -371,7 +399,7 @@ class Boosted(Algorithm):
         """The controller after a round at ``rung`` that measured ``signal``."""
         ran = rung < len(self.ladder)
         index = jnp.minimum(rung, len(self.ladder) - 1)
-        steps = jnp.where(ran, jnp.asarray(self.ladder)[index] * self.recipe.num_steps, 0)
+        steps = jnp.where(ran, jnp.asarray(self.round_steps)[index], 0)
         seconds = jnp.where(ran, jnp.sum(jnp.asarray(self.round_seconds)[index]), 0.0)
         cost = jnp.where(ran, self.round_cost[index], 0.0)
         ratios, seen, noise = c.ratios, c.seen, c.noise
@@ -417,7 +445,7 @@ class Boosted(Algorithm):
         """The probe's sample of a batch from rung ``index``: as many samples, drawn at
         random, as a bottom-rung batch has."""
         size = jax.tree.leaves(batch)[0].shape[0]
-        chosen = jax.random.permutation(key, size)[: size * self.ladder[0] // self.ladder[index]]
+        chosen = jax.random.permutation(key, size)[: self.round_steps[0] * size // self.round_steps[index]]
         return jax.tree.map(lambda x: x[chosen], batch)
 
     def take(self, pool: PyTree, count: int) -> PyTree:
