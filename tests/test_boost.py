@@ -1,8 +1,8 @@
 """Adaptive actor boosting: the curvature and noise probes against exact values, rung
 switches that keep every environment's state, a forced rung equal to the fixed run,
 the rungs' steps and minibatches (the batch kept, the minibatch size or the count) and
-the ladders refused, the
-controller's rule, budgets that end the run, and the controller in checkpoints."""
+the ladders refused, the controller's rule, budgets that end the run, and the
+controller in checkpoints."""
 
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ def test_rungs_keep_the_batch_the_minibatch_size_or_the_count() -> None:
         assert (rebuilt.rung_steps, rebuilt.rung_minibatches) == (steps, counts) and rebuilt.config() == config
 
 
-def test_a_ladder_whose_minibatches_do_not_fit_is_refused_before_tracing(
+def test_a_ladder_whose_rungs_do_not_fit_is_refused_before_tracing(
         monkeypatch: pytest.MonkeyPatch, tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
     """Under ``batch`` (the default), a rung whose steps ``num_steps * ladder[0] / n`` are
     not whole; under ``size``, a rung whose count ``num_minibatches * n / ladder[0]`` is
