@@ -18,10 +18,9 @@ across the rungs is ``minibatches``:
 - ``"count"``: the batch grows and every rung splits it into ``num_minibatches``: the
   larger the rung, the fewer updates per sample.
 
-Every rung is
-one branch of a conditional in the compiled training program, so the whole ladder is
-compiled ahead of time with it and moving between rungs is a branch taken on device:
-no recompiling, no host round trip.
+Every rung is one branch of a conditional in the compiled training program, so the
+whole ladder is compiled ahead of time with it and moving between rungs is a branch
+taken on device: no recompiling, no host round trip.
 
 The controller runs on device too, and its state is part of the training state (and
 so of every checkpoint). Each round it chooses a rung from what earlier rounds showed:
