@@ -1,6 +1,10 @@
 """The framework's PPO against the hand-fused yardstick, side by side.
 
-    python benchmarks/overhead.py [--repeats 3] [--configs 4:5e5,1024:5e6] [--fused PATH]
+    python benchmarks/overhead.py --fused PATH [--repeats 3] [--configs 4:5e5,1024:5e6]
+
+The yardstick is a file of its own that a clone of this repository does not hold
+(``bench/fused_ppo.py`` of the project's shared workspace): give its path with
+``--fused``, or in ``$FUSED_PPO`` (which ``population.py`` reads too).
 
 For each configuration (environments : total steps) it compiles the two
 implementations ``--repeats`` times each, alternating and afresh (no persistent
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -29,10 +34,15 @@ import numpy as np
 
 import jaxrl_frag as jf
 
-DEFAULT_FUSED = Path(__file__).resolve().parents[2] / "shared" / "bench" / "fused_ppo.py"
+DEFAULT_FUSED = Path(os.environ["FUSED_PPO"]) if os.environ.get("FUSED_PPO") else None  # the yardstick's path
 
 
-def load_fused(path: Path) -> ModuleType:
+def load_fused(path: Path | None) -> ModuleType:
+    """The yardstick's module, from ``path``; exits saying what to give where there is none."""
+    if path is None or not path.is_file():
+        raise SystemExit(f"{'no yardstick given' if path is None else f'{path}: no such file'}: give the path of "
+                         "fused_ppo.py, the hand-fused PPO yardstick (bench/fused_ppo.py of the project's shared "
+                         "workspace, not part of this repository), with --fused PATH or in $FUSED_PPO")
     spec = importlib.util.spec_from_file_location("fused_ppo", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -108,7 +118,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--configs", default="4:5e5,1024:5e6", help="comma-separated NUM_ENVS:TOTAL_STEPS")
     parser.add_argument("--env", default="CartPole-v1")
-    parser.add_argument("--fused", type=Path, default=DEFAULT_FUSED, help="path to fused_ppo.py")
+    parser.add_argument("--fused", type=Path, default=DEFAULT_FUSED,
+                        help="path to fused_ppo.py, the hand-fused yardstick (default $FUSED_PPO)")
     args = parser.parse_args()
     fused = load_fused(args.fused)
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {args.repeats} alternating repeats, fresh compiles")

@@ -10,8 +10,14 @@ a termination), and ``step`` resets a finished episode itself.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import importlib
+import io
+import re
+import sys
+from types import ModuleType
 from typing import Any
 
 import jax
@@ -29,6 +35,21 @@ NAMES = (
     "pusher", "reacher", "swimmer", "walker2d",
 )
 BACKENDS = ("generalized", "positional", "spring", "mjx")
+# what mujoco.mjx (which brax imports) prints on stdout, once per module, where the optional NVIDIA warp is not
+# installed: a notice, not an error (a warp that is installed and fails to load is still reported)
+_WARP_ABSENT = re.compile(r"Failed to import (mujoco_)?warp: No module named '(warp|mujoco_warp)[\w.]*'")
+
+
+def import_brax_envs() -> ModuleType:
+    """``brax.envs``, imported without mujoco.mjx's notices that the optional warp package is
+    absent; whatever else the import prints reaches stdout as it would have."""
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            return importlib.import_module("brax.envs")
+    finally:
+        sys.stdout.write("".join(line for line in printed.getvalue().splitlines(keepends=True)
+                                 if not _WARP_ABSENT.fullmatch(line.rstrip("\n"))))
 
 
 def ids() -> list[str]:
@@ -87,9 +108,7 @@ class BraxEnv(Env):
         check(backend in BACKENDS, "backend", backend, f"unknown Brax physics backend; choose one of {', '.join(BACKENDS)}")
         for field, value in (("episode_length", episode_length), ("action_repeat", action_repeat)):
             check(isinstance(value, int | np.integer) and value > 0, field, value, "must be a positive integer")
-        from brax import envs as brax_envs
-
-        env = brax_envs.get_environment(short, backend=backend)
+        env = import_brax_envs().get_environment(short, backend=backend)
         obs = jax.eval_shape(env.reset, jax.random.PRNGKey(0)).obs
         return cls(name, backend, int(episode_length), int(action_repeat), env, int(obs.shape[-1]))
 

@@ -62,6 +62,43 @@ class _ReraisedFailures(logging.Filter):
 logging.getLogger("jax._src.callback").addFilter(_ReraisedFailures())
 
 
+def _probe(env_id: str, kwargs: dict[str, Any]) -> Any:
+    """One environment ``env_id`` made in this process, to read its spaces; ``ConfigError``
+    naming the missing module and how to install it where the id needs an optional
+    dependency that is not installed (gymnasium's Box2D or MuJoCo environments)."""
+    try:
+        return environments(env_id, 1, kwargs)
+    except Exception as error:
+        missing = _missing_dependency(error)
+        if missing is None:
+            raise
+        module, install = missing
+        raise ConfigError("env", env_id, f"needs the module {module!r}, which is not installed: install it with "
+                                         f"{install}, or choose another environment") from None
+
+
+def _missing_dependency(error: BaseException) -> tuple[str, str] | None:
+    """The module that ``error`` (raised making an environment) says is missing and the
+    command that installs it, or ``None`` for an error of another kind."""
+    import re
+
+    chain = []
+    while error is not None and len(chain) < 8:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    not_installed = [e for e in chain if type(e).__name__ == "DependencyNotInstalled"]
+    imports = [e for e in chain if isinstance(e, ModuleNotFoundError) and e.name]
+    if not (not_installed or imports):
+        return None
+    module = imports[0].name.split(".")[0] if imports else None
+    text = str(not_installed[0]) if not_installed else ""
+    commands = re.findall(r"`([^`]*pip install[^`]*)`", text)
+    if module is None:  # gymnasium's own words: "Box2D is not installed, ..."
+        module = text.split(" is not installed")[0].strip() or "?"
+    install = " && ".join(commands) if commands else f"pip install {module}"
+    return module, install
+
+
 def _space(space: Any, env_id: str) -> Space:
     import gymnasium
 
@@ -117,7 +154,7 @@ class HostEnv(Env):
         check(isinstance(workers, int) and workers > 0 and workers % groups == 0 and own % workers == 0,
               "env_workers", workers, f"must be a multiple of env_groups = {groups} that divides {share}, "
                                       "or 0 (as many as the CPUs allow)")
-        probe = environments(name, 1, kwargs)
+        probe = _probe(name, kwargs)
         spaces = (_space(probe.observation_space, name), _space(probe.action_space, name))
         probe.close()
         check(isinstance(spaces[0], Box), "env", name, "host environments need Box observations")

@@ -15,6 +15,7 @@ program exists, else by matplotlib with a layered left-to-right layout.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import shutil
 import subprocess
 from collections import defaultdict
@@ -54,7 +55,8 @@ class _Picture:
 
 def draw(explanation: Explanation, path: str | Path) -> Path:
     """Write the picture of ``explanation``'s graph to ``path``; its suffix chooses the
-    format (``FORMATS``). Returns the path written."""
+    format (``FORMATS``). Returns the path written. A failed write raises ``OSError``
+    (``jaxrl-frag explain --draw`` writes through ``rundir.write_atomically``, whole or not at all)."""
     path = check_path(path)
     if path.suffix == ".txt":
         path.write_text(str(explanation) + "\n")
@@ -64,7 +66,11 @@ def draw(explanation: Explanation, path: str | Path) -> Path:
     if path.suffix == ".dot":
         path.write_text(source)
     elif shutil.which("dot"):
-        subprocess.run(["dot", f"-T{path.suffix[1:]}", "-o", str(path)], input=source.encode(), check=True)
+        done = subprocess.run(["dot", f"-T{path.suffix[1:]}", "-o", str(path)], input=source.encode(),
+                              capture_output=True)
+        if done.returncode != 0:
+            said = done.stderr.decode(errors="replace").strip().splitlines()
+            raise OSError(errno.EIO, f"Graphviz's dot failed: {said[-1] if said else done.returncode}", str(path))
     else:
         _matplotlib(picture, explanation.placement, path)
     return path

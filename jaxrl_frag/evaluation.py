@@ -21,7 +21,7 @@ import numpy as np
 
 from jaxrl_frag.bounds import check_count
 from jaxrl_frag.envs import Acting
-from jaxrl_frag.errors import ConfigError, check
+from jaxrl_frag.errors import check
 from jaxrl_frag.recipes.recipe import PolicyFn, Recipe
 from jaxrl_frag.transforms.evaluated import ENVS_MAX, EPISODES_MAX, STEPS_MAX, first, layout, play
 
@@ -228,18 +228,41 @@ def load_policy(run_dir: str | Path, greedy: bool = True, member: int | None = N
         ``jaxrl_frag.envs.forget`` where an episode ends).
     """
     trained = restore(run_dir, member)
-    acting = trained.acting(greedy)
+    acting, one = trained.acting(greedy), _observation(trained)
     if trained.recurrent:
-        return Acting(acting.blank, jax.jit(acting.act))
-    rank = len(jax.tree.leaves(_observation(trained))[0].shape)
+        def act_batch(obs: PyTree, memory: PyTree, key: jax.Array) -> tuple[jax.Array, PyTree]:
+            _check_observation(obs, one, trained.recipe.env.name, single=False)
+            return acting.act(obs, memory, key)
+
+        return Acting(acting.blank, jax.jit(act_batch))
 
     def act_any(obs: PyTree, key: jax.Array) -> jax.Array:
         obs = jax.tree.map(jnp.asarray, obs)
-        batched = jax.tree.leaves(obs)[0].ndim > rank
+        batched = _check_observation(obs, one, trained.recipe.env.name)
         actions = acting.act(obs if batched else jax.tree.map(lambda x: x[None], obs), (), key)[0]
         return actions if batched else actions[0]
 
     return jax.jit(act_any)
+
+
+def _check_observation(obs: PyTree, one: PyTree, env_name: str, single: bool = True) -> bool:
+    """Whether ``obs`` is a batch ``[N, *shape]`` of observations shaped as ``one`` (the
+    environment's), rather than one observation (where ``single`` allows it); ``ValueError``
+    naming the shape expected and the shape given for anything else."""
+    expected = jax.tree.leaves(one)
+    got = jax.tree.leaves(obs) if jax.tree.structure(obs) == jax.tree.structure(one) else None
+    if got is not None:
+        shapes = [(tuple(np.shape(g)), tuple(e.shape)) for g, e in zip(got, expected, strict=True)]
+        if single and all(g == e for g, e in shapes):
+            return False
+        if all(len(g) == len(e) + 1 and g[1:] == e for g, e in shapes) and len({g[0] for g, _ in shapes}) == 1:
+            return True
+    given = [tuple(np.shape(g)) for g in jax.tree.leaves(obs)]
+    want = [tuple(e.shape) for e in expected]
+    shape, shown = (want[0], given[0] if len(given) == 1 else given) if len(want) == 1 else (want, given)
+    forms = f"one observation of shape {shape} or a batch of shape [N, *{shape}]" if single else (
+        f"a batch of observations of shape [N, *{shape}] (with the memory of those N)")
+    raise ValueError(f"obs has shape {shown}; this policy ({env_name}) takes {forms}")
 
 
 def export_policy(run_dir: str | Path, path: str | Path, greedy: bool = True, member: int | None = None) -> Path:
@@ -253,7 +276,9 @@ def export_policy(run_dir: str | Path, path: str | Path, greedy: bool = True, me
 
     Args:
         run_dir: A run directory that ``jaxrl-frag train`` wrote.
-        path: The file to write (replaced if it exists).
+        path: The file to write, whole (``rundir.write_atomically``): an existing one is
+            replaced, or kept as it was where the write fails (``rundir.WriteError``,
+            naming ``path`` and the cause).
         greedy: The deterministic action, or a draw from the policy (module docstring).
         member: A population's member (default 0).
 
@@ -284,9 +309,6 @@ def export_policy(run_dir: str | Path, path: str | Path, greedy: bool = True, me
             obs, memory, key)
     else:
         exported = jax.export.export(jax.jit(lambda obs, key: acting.act(observation(obs), (), key)[0]))(obs, key)
-    path = Path(path)
-    try:
-        path.write_bytes(exported.serialize())
-    except OSError as error:
-        raise ConfigError("path", str(path), f"cannot be written ({error.strerror}); give a writable path") from None
-    return path
+    from jaxrl_frag.rundir import write_atomically
+
+    return write_atomically(path, exported.serialize())

@@ -157,7 +157,7 @@ class Program:
             start_time = time.perf_counter()
             with _outside_failures_raised(self.algorithm, checkpoints):
                 state, chunk, call_rows, num_rows, ran, flags = self._executor.call(state, chunk, n, k, done % k)
-                chunk, call_rows, num_rows, ran, flags = jax.device_get((chunk, call_rows, num_rows, ran, flags))
+                chunk, call_rows, num_rows, ran, flags = jax.device_get(_ready((chunk, call_rows, num_rows, ran, flags)))
             seconds = time.perf_counter() - start_time
             ran, num_rows = int(ran), int(num_rows)
             bad = sorted(name for name, ok in flags.items() if not ok)
@@ -308,6 +308,16 @@ def _outside_failures_raised(algorithm: Algorithm, checkpoints: Checkpoints | No
         if checkpoints is not None:
             checkpoints.wait()
         raise failure from error
+
+
+def _ready(tree: PyTree) -> PyTree:
+    """``tree`` once every array in it is computed, waited for in short sleeps rather than
+    inside XLA: the host's signal handlers run while a call computes, even one that never
+    ends."""
+    arrays = [x for x in jax.tree.leaves(tree) if isinstance(x, jax.Array)]
+    while not all(x.is_ready() for x in arrays):
+        time.sleep(0.002)
+    return tree
 
 
 def _is_key(x: Any) -> bool:

@@ -3,7 +3,9 @@
 
 The writer holds ``run.lock``: an exclusive ``flock``, released by the system when
 its process ends, so the lock of a killed run is free at once. ``--overwrite``
-removes only what a run writes, and only from a directory that holds a run.
+removes only what a run writes (recognised by name and kind at every depth), and
+only from a directory that holds a run. Every file a command writes goes through
+``write_atomically``: a failed write leaves the earlier file whole.
 """
 
 from __future__ import annotations
@@ -21,27 +23,54 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from jaxrl_frag.errors import ConfigError
+from jaxrl_frag.errors import WRITE_FAILED, ConfigError
 
 CONFIG, METRICS, CURVE, CHECKPOINTS, TENSORBOARD, LOCK, EVAL = (
     "config.json", "metrics.csv", "learning_curve.png", "checkpoints", "tensorboard", "run.lock", "eval.csv")
 EVAL_COLUMNS = ("episode", "return", "length")  # eval.csv's, one row per episode (``jaxrl-frag evaluate``)
-# what a run writes (and evaluate): all that --overwrite removes (with rows set aside, metrics.DATE.csv)
-_ENTRIES = frozenset({CONFIG, METRICS, CURVE, CHECKPOINTS, CHECKPOINTS + ".damaged", TENSORBOARD, LOCK,
-                      "summary.md", "summary.csv", CONFIG + ".tmp", METRICS + ".tmp", EVAL, EVAL + ".tmp"})
-_ROWS_ASIDE = re.compile(r"metrics\.\d{8}-\d{6}(-\d+)?\.csv")
+# what a run writes (and evaluate), by name and kind at every depth: all that --overwrite removes. A
+# pattern maps to None (a file) or to what the folder it names may hold; a file may also be there as its
+# temporary name (``write_atomically``'s, or the ``NAME.tmp`` of earlier versions)
+_Tree = dict[str, "_Tree | None"]
+_HEX = r"[0-9a-f]+"
+_ORBAX_TMP = r"(\.orbax-checkpoint-tmp[-\d]*)?"
+_ORBAX_ITEM: _Tree = {  # what orbax writes for an item of a step (its state, its meta)
+    r"_METADATA|_sharding|manifest\.ocdbt|metadata|commit_success\.txt|_CHECKPOINT_METADATA": None,
+    r"ocdbt\.process_\d+": {r"manifest\.ocdbt": None, "d": {_HEX: None}},
+    "array_metadatas": {r"process_\d+": None},
+    "d": {_HEX: None},
+    "descriptor": {r"descriptor\.pbtxt": None},
+}
+_STEP: _Tree = {r"_CHECKPOINT_METADATA|commit_success\.txt": None, f"(state|meta){_ORBAX_TMP}": _ORBAX_ITEM}
+_FILES = (CONFIG, METRICS, CURVE, EVAL, "summary.md", "summary.csv")
+_RUN_TREE: _Tree = {
+    "|".join(rf"{re.escape(stem)}(\.tmp)?\{suffix}(\.tmp)?" for stem, suffix in map(os.path.splitext, _FILES)): None,
+    r"run\.lock|metrics\.\d{8}-\d{6}(-\d+)?\.csv": None,  # the lock; rows set aside (metrics.DATE.csv)
+    CHECKPOINTS: {rf"\d+{_ORBAX_TMP}": _STEP},
+    CHECKPOINTS + r"\.damaged": {r"\d+-\d{8}-\d{6}(-\d+)?": _STEP},
+    TENSORBOARD: {r"events\.out\.tfevents\.\d+\.[\w.-]+": None},
+}
 # what a run killed or failing before its first write may leave: the directory is still free
-_LEFTOVERS = frozenset({LOCK, CONFIG + ".tmp", METRICS + ".tmp"})
+_LEFTOVERS = frozenset({LOCK, CONFIG + ".tmp", METRICS + ".tmp", "config.tmp.json", "metrics.tmp.csv"})
 # keys of every config.json a run writes, and the intervals a resume reads from it
 _RUN_KEYS = ("recipe", "settings", "jax")
 _INTERVALS = ("chunk_iterations", "checkpoint_every", "keep_checkpoints")
 _NOT_SCALARS = ("iteration", "env_steps", "member", "seed")
 # errors of a write that the run directory's disk or permissions refused
-_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO})
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
+                           errno.EMFILE, errno.ENFILE})
+# what a cause adds to its strerror, where the fix is not room or permission
+_HINTS = {errno.EMFILE: "; raise the limit of open files, `ulimit -n 4096`",
+          errno.ENFILE: "; the system's table of open files is full: close other programs"}
+
+
+class WriteError(OSError):
+    """A file that could not be written (``write_atomically``): ``filename`` names it, not
+    its temporary; ``strerror`` is the cause."""
 
 
 class RunDir:
@@ -62,8 +91,11 @@ class RunDir:
         """Raise ``ConfigError`` unless a run may be written here: the directory is new or
         holds no files, or holds a run and ``resume`` is set, or holds only a run's files and
         ``overwrite`` is set; and files can be made in it, and no other process writes it."""
+        _check_name("run_dir", self.path)
         if self.path.exists() and not self.path.is_dir():
             raise ConfigError("run_dir", str(self.path), "is a file; give a directory path")
+        if (self.path / LOCK).is_dir() and not (self.path / LOCK).is_symlink():
+            raise self._lock_is_a_directory()
         if resume:
             self.read_config()  # it must hold a run
         elif self._holds_files():
@@ -74,7 +106,7 @@ class RunDir:
                     "or pass --overwrite to replace it",
                 )
             self._check_replaceable()
-        self._check_writable()
+        self.check_writable()
         holder = self._holder()
         if holder is not None:
             raise self._in_use(holder)
@@ -96,7 +128,10 @@ class RunDir:
         process named in it; ``ConfigError`` naming the holder where another process has it."""
         path = self.path / LOCK
         while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except IsADirectoryError:
+                raise self._lock_is_a_directory() from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -117,10 +152,11 @@ class RunDir:
             raise
 
     def write_config(self, config: dict[str, Any]) -> None:
-        _write_atomically(self.path / CONFIG, json.dumps(config, indent=2, sort_keys=True, default=str) + "\n")
+        write_atomically(self.path / CONFIG, json.dumps(config, indent=2, sort_keys=True, default=str) + "\n")
 
     def read_config(self) -> dict[str, Any]:
         """The saved configuration; ``ConfigError`` naming config.json unless it is one a run wrote."""
+        _check_name("run_dir", self.path)
         if not self.path.is_dir():
             raise ConfigError("run_dir", str(self.path), ("is a file, not a run directory" if self.path.exists()
                                                           else "does not exist") + "; give the directory of an earlier run")
@@ -195,7 +231,7 @@ class RunDir:
             return None
         kept = "" if absent else f"; kept the old file as {self.set_aside_metrics().name}"
         if rows:
-            _write_atomically(self.path / METRICS, expected)
+            write_atomically(self.path / METRICS, expected)
             self._columns = columns
         return (f"metrics.csv {problem or 'differed from the rows saved with the checkpoint'}: rebuilt its rows up to "
                 f"iteration {iteration} from the checkpoint{kept}")
@@ -252,7 +288,7 @@ class RunDir:
         writer = csv.DictWriter(text, columns)
         writer.writeheader()
         writer.writerows(kept)
-        _write_atomically(self.path / METRICS, text.getvalue())
+        write_atomically(self.path / METRICS, text.getvalue())
 
     def check_eval(self) -> None:
         """Raise ``ConfigError`` where ``eval.csv`` is there and no evaluation wrote it (its
@@ -274,7 +310,7 @@ class RunDir:
         an evaluation wrote (``check_eval``); returns its path."""
         self.check_eval()
         path = self.path / EVAL
-        _write_atomically(path, _csv_text(rows, list(EVAL_COLUMNS)))
+        write_atomically(path, _csv_text(rows, list(EVAL_COLUMNS)))
         return path
 
     def read_metrics(self) -> dict[str, list[float]]:
@@ -299,11 +335,23 @@ class RunDir:
         self.close()
 
     def plot(self, title: str) -> Path:
-        from jaxrl_frag.plots import learning_curve
+        """Draw ``metrics.csv`` into ``learning_curve.png`` (whole, or the earlier one kept); returns its path."""
+        from jaxrl_frag.plots import learning_curve, save
 
-        out = self.path / CURVE
-        learning_curve(self.read_metrics(), title).savefig(out, dpi=120)
-        return out
+        return save(learning_curve(self.read_metrics(), title), self.path / CURVE)
+
+    def curve_problem(self) -> str | None:
+        """What is wrong with ``learning_curve.png`` (``"is missing"``, ``"is damaged"``, ...), or
+        ``None`` where it is a whole PNG."""
+        try:
+            data = (self.path / CURVE).read_bytes()
+        except FileNotFoundError:
+            return "is missing"
+        except OSError as error:
+            return f"cannot be read ({error.strerror})"
+        if not (data.startswith(b"\x89PNG\r\n\x1a\n") and data.endswith(b"IEND\xaeB`\x82")):
+            return "is damaged (not a whole PNG)"
+        return None
 
     def _read_header(self) -> list[str]:
         with open(self.path / METRICS, newline="") as f:
@@ -336,14 +384,15 @@ class RunDir:
             raise ConfigError("run_dir", str(self.path),
                               "holds files but no run (no config.json that jaxrl-frag wrote); --overwrite only replaces "
                               "a run: give a new --run-dir, or empty the directory yourself")
-        others = sorted(name for name in os.listdir(self.path) if name not in _ENTRIES and not _ROWS_ASIDE.fullmatch(name))
+        others = _foreign(self.path, _RUN_TREE)
         if others:
             shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
             raise ConfigError("run_dir", str(self.path),
                               f"holds a run and also {shown}, which no run writes; --overwrite removes only a run's "
-                              "files: move those elsewhere first, or give a new --run-dir")
+                              f"files: move {'that' if len(others) == 1 else 'those'} elsewhere first, or give a new "
+                              "--run-dir")
 
-    def _check_writable(self) -> None:
+    def check_writable(self) -> None:
         """Raise ``ConfigError`` unless a directory can be made in the run directory (in its
         nearest existing parent where it is new); the one made to find out is removed."""
         existing = self.path.absolute()
@@ -373,6 +422,11 @@ class RunDir:
             return _read_holder(fd)
         finally:
             os.close(fd)
+
+    def _lock_is_a_directory(self) -> ConfigError:
+        return ConfigError("run_dir", str(self.path),
+                           f"holds {LOCK} as a directory, where a run keeps its lock file; remove that directory "
+                           f"({self.path / LOCK}) and run the command again")
 
     def _in_use(self, holder: str) -> ConfigError:
         return ConfigError("run_dir", str(self.path),
@@ -435,13 +489,14 @@ def write_failure(error: BaseException, where: Path) -> str | None:
     cause: BaseException | None = error
     while cause is not None and id(cause) not in seen:
         seen.add(id(cause))
-        if isinstance(cause, OSError) and cause.errno in _WRITE_ERRNOS:
-            return f"{cause.filename or where} ({cause.strerror})"
+        if isinstance(cause, WriteError) or (isinstance(cause, OSError) and cause.errno in _WRITE_ERRNOS):
+            return f"{cause.filename or where} ({cause.strerror}{_HINTS.get(cause.errno, '')})"
         code = re.search(r"os_error_code='(\d+)'", str(cause))
         if code is not None and int(code.group(1)) in _WRITE_ERRNOS:
             path = re.search(r'local file "([^"]+)"', str(cause))
             step = re.sub(r"\.orbax-checkpoint-tmp.*", "", path.group(1)) if path else where
-            return f"{step} ({os.strerror(int(code.group(1)))})"
+            number = int(code.group(1))
+            return f"{step} ({os.strerror(number)}{_HINTS.get(number, '')})"
         cause = cause.__cause__ or cause.__context__
     return None
 
@@ -497,16 +552,59 @@ def _append(path: Path, text: str) -> None:
         os.close(fd)
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` by ``text`` whole: a failed write leaves the old file, and no other."""
-    tmp = path.with_name(path.name + ".tmp")
+def write_atomically(path: str | Path, content: str | bytes | Callable[[Path], object]) -> Path:
+    """Replace ``path`` by ``content`` whole: text, bytes, or what ``content(tmp)`` writes to
+    ``tmp``, a temporary file beside ``path`` with its suffix (``NAME.tmp.png``), which then
+    replaces ``path`` (``os.replace``). A failed write leaves the earlier file as it was and
+    no temporary one, and raises ``WriteError`` naming ``path`` and the cause. Returns ``path``."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.stem}.tmp{path.suffix}")
     try:
-        with _named(path):
-            tmp.write_text(text)
+        if callable(content):
+            content(tmp)
+        else:
+            with open(tmp, "wb") as f:
+                f.write(content.encode() if isinstance(content, str) else content)
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(error, OSError):
+            raise WriteError(error.errno, error.strerror or str(error), str(path)) from error
         raise
+    return path
+
+
+def report_write_failure(error: BaseException, where: Path, after: str = "") -> int:
+    """Print the one paragraph for ``error``, a write that failed (``write_failure``), with
+    ``after`` following it, and return ``WRITE_FAILED``; re-raise ``error`` where it is another."""
+    import sys
+
+    failure = write_failure(error, where)
+    if failure is None:
+        raise error
+    print(f"jaxrl-frag: error: could not write {failure}{after}", file=sys.stderr)
+    return WRITE_FAILED
+
+
+def check_output(field: str, path: str | Path) -> Path:
+    """``path``, a file a command is to write, if it can be: its name is not too long, it is not
+    a directory, and its folder exists and takes new files; else ``ConfigError`` naming ``field``."""
+    path = Path(path)
+    _check_name(field, path)
+    if path.is_dir():
+        raise ConfigError(field, str(path), "is a directory; give the path of a file to write")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ConfigError(field, str(path), f"{folder} is not a directory: give a path in an existing one")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".jaxrl-frag-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        raise ConfigError(field, str(path), f"cannot be written: making a file in {folder} fails "
+                                            f"({error.strerror}); give a path on a writable filesystem") from None
+    return path
 
 
 @contextlib.contextmanager
@@ -518,6 +616,51 @@ def _named(path: str | Path) -> Iterator[None]:
     except OSError as error:
         error.filename = error.filename or str(path)
         raise
+
+
+def _check_name(field: str, path: Path) -> None:
+    """``ConfigError`` naming ``field`` where ``path`` is too long for the file system: a name
+    in it longer than the file system takes, or the whole longer than a path may be."""
+    existing = path.absolute()
+    while not os.path.isdir(existing) and existing != existing.parent:
+        existing = existing.parent
+    name_max, path_max = 255, 4096
+    try:
+        name_max, path_max = os.pathconf(existing, "PC_NAME_MAX"), os.pathconf(existing, "PC_PATH_MAX")
+        too_long = (max((len(os.fsencode(part)) for part in path.parts), default=0) > name_max
+                    or len(os.fsencode(path.absolute())) >= path_max)
+        if not too_long:
+            os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        if error.errno != errno.ENAMETOOLONG:
+            return
+        too_long = True
+    if too_long:
+        raise ConfigError(field, str(path), f"is too long for the file system ({os.strerror(errno.ENAMETOOLONG)}: a "
+                                            f"name in it has more than {name_max} bytes, or the whole more than "
+                                            f"{path_max}); give a shorter path")
+
+
+def _foreign(folder: Path, tree: _Tree, prefix: str = "") -> list[str]:
+    """The paths under ``folder`` (relative to it, ``prefix`` before them) that ``tree`` does not
+    name, by name and kind: what no run writes. A folder that is foreign is listed, not entered."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError as error:
+        return [f"{prefix or './'} (it cannot be listed: {error.strerror})"]
+    found = []
+    for name in names:
+        path = folder / name
+        link, is_dir = path.is_symlink(), path.is_dir()
+        kinds = [children for pattern, children in tree.items() if re.fullmatch(pattern, name)]
+        fits = [children for children in kinds if not link and ((children is None) == (not is_dir and path.is_file()))]
+        if not fits:
+            found.append(prefix + name + ("/" if is_dir and not link else ""))
+        elif fits[0] is not None:
+            found += _foreign(path, fits[0], f"{prefix}{name}/")
+    return found
 
 
 def _remove(path: Path) -> None:

@@ -45,10 +45,24 @@ def _number(spec: str, text: str) -> float:
         raise ConfigError("sweep", spec, "values must be numbers, e.g. lr=1e-4,3e-4 or lr=loguniform:1e-5:1e-2") from None
 
 
+def parse_specs(specs: Sequence[str]) -> dict[str, list[float] | tuple[str, float, float]]:
+    """Every spec's axis, by name (``parse_spec``); ``ConfigError`` for a name swept twice
+    (which of the two was meant is for the user to say)."""
+    axes: dict[str, list[float] | tuple[str, float, float]] = {}
+    first: dict[str, str] = {}
+    for spec in specs:
+        name, axis = parse_spec(spec)
+        check(name not in axes, "sweep", spec,
+              f"sweeps {name} again (also --sweep {first.get(name)}): give each name once, its values in one list "
+              "(NAME=V1,V2,...)")
+        axes[name], first[name] = axis, spec
+    return axes
+
+
 def count(specs: Sequence[str], samples: int | None = None) -> int:
     """How many settings ``settings(specs, samples)`` gives (0 where it refuses them),
     without listing them."""
-    axes = [parse_spec(s)[1] for s in specs]
+    axes = list(parse_specs(specs).values())
     if any(isinstance(v, tuple) for v in axes):
         return samples or 0
     return math.prod(len(v) for v in axes)
@@ -56,7 +70,7 @@ def count(specs: Sequence[str], samples: int | None = None) -> int:
 
 def settings(specs: Sequence[str], samples: int | None = None, seed: int = 0) -> list[dict[str, float]]:
     """The hyperparameter settings that ``specs`` describe (one empty setting without specs)."""
-    axes = dict(parse_spec(s) for s in specs)
+    axes = parse_specs(specs)
     grid = {k: v for k, v in axes.items() if isinstance(v, list)}
     random = {k: v for k, v in axes.items() if isinstance(v, tuple)}
     if not random:

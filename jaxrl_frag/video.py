@@ -6,7 +6,6 @@ these few lines need nothing more."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -17,6 +16,7 @@ from PIL import Image, ImageDraw
 
 from jaxrl_frag.errors import check
 from jaxrl_frag.evaluation import Trained, record_episode
+from jaxrl_frag.rundir import check_output, write_atomically
 
 SIZE = (400, 240)  # frame width and height in pixels
 INK, CART, POLE = (40, 40, 40), (60, 110, 180), (200, 120, 50)
@@ -67,14 +67,14 @@ def check_video(path: Path, env_id: str) -> None:
     check(kind in FORMATS, "video", str(path), "writes an animated GIF or an MP4: give a path ending in .gif or .mp4")
     check(env_id in RENDERERS, "video", str(path),
           f"the environment {env_id} cannot be drawn; --video draws {', '.join(RENDERERS)}: drop --video")
-    check(path.parent.is_dir(), "video", str(path), f"{path.parent} is not a directory: give a path in an existing one")
+    check_output("video", path)
     check(not path.exists() or (path.is_file() and FORMATS[kind](path.read_bytes()[:8])), "video", str(path),
           f"exists and is not {'a GIF' if kind == '.gif' else 'an MP4'}, which --video would replace: give another path")
 
 
 def write_video(trained: Trained, path: Path, greedy: bool, seed: int) -> tuple[int, float]:
-    """Draw one episode of ``trained``'s policy into ``path`` (``check_video`` first);
-    returns its length and return."""
+    """Draw one episode of ``trained``'s policy into ``path`` (``check_video`` first), whole
+    or not at all (``WriteError`` naming ``path``); returns its length and return."""
     from jaxrl_frag import envs
 
     env_id = trained.recipe.env.name
@@ -86,16 +86,15 @@ def write_video(trained: Trained, path: Path, greedy: bool, seed: int) -> tuple[
         frame = draw(_at(states, t), params)
         ImageDraw.Draw(frame).text((8, 8), f"{env_id}  step {t + 1}  return {total:.1f}", fill=INK)
         frames.append(frame)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+
+    def write(tmp: Path) -> None:
         if path.suffix.lower() == ".gif":
             frames[0].save(tmp, format="GIF", save_all=True, append_images=frames[1:],
                            duration=round(1000 * seconds(params)), loop=0)
         else:
             _mp4(frames, tmp, Fraction(1 / seconds(params)).limit_denominator(1000))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    write_atomically(path, write)
     return len(frames), float(np.sum(rewards))
 
 

@@ -4,41 +4,101 @@
 #   launch/local.sh N COMMAND [ARG ...]
 #   launch/local.sh 2 jaxrl-frag train ppo --env CartPole-v1 --policy data-parallel --devices 2
 #
-# Each process gets JAXRL_FRAG_COORDINATOR (127.0.0.1 and a free port),
-# JAXRL_FRAG_NUM_PROCESSES and JAXRL_FRAG_PROCESS_ID; jaxrl_frag.distributed reads
-# them. If any process fails, the others get GRACE seconds (default 5) to end
-# themselves (a run that stops everywhere, as for a dead environment worker, has each
-# print why and exit with the same status), then are killed, and this script exits
-# with the first failed process's status: a dead peer never leaves the rest hanging.
+# Each process gets JAXRL_FRAG_COORDINATOR (127.0.0.1 and a free port, or
+# JAXRL_FRAG_PORT), JAXRL_FRAG_NUM_PROCESSES and JAXRL_FRAG_PROCESS_ID;
+# jaxrl_frag.distributed reads them. If any process fails, the others get GRACE
+# seconds (default 5) to end themselves (a run that stops everywhere, as for a dead
+# environment worker, has each print why and exit with the same status); those still
+# running then are killed (SIGKILL), and this script exits with the first failed
+# process's status: a dead peer never leaves the rest hanging. Interrupted (Ctrl-C,
+# SIGTERM), it passes SIGTERM on, gives the processes GRACE seconds to stop with a
+# checkpoint, kills those still running, and exits with 130 (143 for SIGTERM).
 set -uo pipefail
 if [ $# -lt 2 ] || ! [[ $1 =~ ^[1-9][0-9]*$ ]]; then
     echo "usage: launch/local.sh N COMMAND [ARG ...]  (N: number of processes)" >&2
     exit 2
 fi
 n=$1; shift
-port=${JAXRL_FRAG_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 grace=${GRACE:-5}
-pids=()
-killer=
-for ((i = 0; i < n; i++)); do
-    JAXRL_FRAG_COORDINATOR="127.0.0.1:$port" JAXRL_FRAG_NUM_PROCESSES="$n" JAXRL_FRAG_PROCESS_ID="$i" "$@" &
-    pids+=($!)
-done
-trap 'kill "${pids[@]}" 2>/dev/null; exit 130' INT TERM
+if ! [[ $grace =~ ^[0-9]+([.][0-9]+)?$ ]]; then
+    echo "launch/local.sh: GRACE=$grace: give the seconds the others get to stop, e.g. GRACE=5" >&2
+    exit 2
+fi
+port=${JAXRL_FRAG_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+pids=()    # every process, by process id
+live=()    # those not yet reaped
+timer=     # a sleep of GRACE seconds, once a process failed or a signal came; when it ends, kill the rest
+killed=
 status=0
-remaining=$n
-while ((remaining > 0)); do
-    wait -n -p done_pid "${pids[@]}"
+
+start_timer() {
+    if [ -z "$timer" ] && [ -z "$killed" ]; then
+        sleep "$grace" &
+        timer=$!
+    fi
+}
+
+# shellcheck disable=SC2329  # called by the traps below
+on_signal() {  # $1: the status to exit with
+    ((status == 0)) && status=$1
+    echo "launch/local.sh: interrupted; stopping the processes (killed after ${grace} s)" >&2
+    ((${#live[@]})) && kill -TERM "${live[@]}" 2>/dev/null
+    start_timer
+}
+trap 'on_signal 130' INT
+trap 'on_signal 143' TERM
+
+# each process in a session of its own where setsid exists (Linux), so that killing its process group kills what
+# it started too (environment workers)
+own_group=()
+command -v setsid >/dev/null && own_group=(setsid)
+for ((i = 0; i < n; i++)); do
+    JAXRL_FRAG_COORDINATOR="127.0.0.1:$port" JAXRL_FRAG_NUM_PROCESSES="$n" JAXRL_FRAG_PROCESS_ID="$i" \
+        "${own_group[@]+"${own_group[@]}"}" "$@" &
+    pids+=($!)
+    live+=($!)
+done
+
+while ((${#live[@]})); do
+    done_pid=
+    wait -n -p done_pid "${live[@]}" ${timer:+"$timer"} 2>/dev/null
     code=$?
-    remaining=$((remaining - 1))
+    if [ -z "${done_pid:-}" ]; then
+        ((code == 127)) && break  # none left to wait for (never expected: a guard against spinning)
+        continue                  # a signal's trap ran
+    fi
+    if [ "$done_pid" = "${timer:-}" ]; then  # the grace period is over
+        timer=
+        killed=1
+        for ((i = 0; i < n; i++)); do
+            [[ " ${live[*]} " == *" ${pids[$i]} "* ]] && echo "launch/local.sh: process $i still running after ${grace} s; killed" >&2
+        done
+        for pid in "${live[@]}"; do
+            kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
+        done
+        continue
+    fi
+    rest=()
+    for pid in "${live[@]}"; do
+        [ "$pid" != "$done_pid" ] && rest+=("$pid")
+    done
+    live=("${rest[@]+"${rest[@]}"}")
     if ((code != 0)) && ((status == 0)); then
         status=$code
         for ((i = 0; i < n; i++)); do
-            [ "${pids[$i]}" = "$done_pid" ] && echo "launch/local.sh: process $i exited with status $code; stopping the others (killed after ${grace} s)" >&2
+            if [ "${pids[$i]}" = "$done_pid" ]; then
+                if ((${#live[@]})); then
+                    echo "launch/local.sh: process $i exited with status $code; stopping the others (killed after ${grace} s)" >&2
+                else
+                    echo "launch/local.sh: process $i exited with status $code" >&2
+                fi
+            fi
         done
-        (sleep "$grace"; kill "${pids[@]}" 2>/dev/null) &
-        killer=$!
+        ((${#live[@]})) && start_timer
     fi
 done
-[ -n "$killer" ] && kill "$killer" 2>/dev/null
-exit $status
+if [ -n "$timer" ]; then
+    kill "$timer" 2>/dev/null
+    wait "$timer" 2>/dev/null
+fi
+exit "$status"

@@ -81,8 +81,22 @@ def patches(x: jax.Array, kernel: int = 3, stride: int = 1) -> jax.Array:
     return jnp.concatenate([x[:, i:i + out_h, j:j + out_w] for i in range(k) for j in range(k)], axis=-1)
 
 
+def orthogonal(scale: float) -> Callable[..., jax.Array]:
+    """flax's orthogonal initialiser, but under ``vmap`` (a population's members, a network
+    per agent) one QR factorisation per matrix, in a loop, rather than one batched call:
+    jaxlib 0.10's CPU LAPACK kernels spread a batch over the thread pool that also runs
+    every device's program and wait for it, so a batched call in each of as many device
+    programs as the pool has threads waits forever. The values are the same."""
+    init = nn.initializers.orthogonal(scale)
+
+    def initializer(key: jax.Array, shape: Sequence[int], dtype: jnp.dtype = jnp.float32) -> jax.Array:
+        return jax.custom_batching.sequential_vmap(lambda k: init(k, shape, dtype))(key)
+
+    return initializer
+
+
 def _dense(features: int, scale: float = np.sqrt(2), **kwargs: str) -> nn.Dense:
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(scale), **kwargs)
+    return nn.Dense(features, kernel_init=orthogonal(scale), **kwargs)
 
 
 MASKED_LOGIT = -1e9  # the logit of an action that is not available: probability 0, and no NaN in the entropy

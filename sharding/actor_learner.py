@@ -76,6 +76,10 @@ class ActorLearner(Policy):
     """
 
     name: ClassVar[str] = "actor-learner"
+    # one algorithm cut into actor and learner programs: no population, and no boosted run (its rungs change the
+    # shapes that cross between the groups) (``sharding.runs``)
+    populations: ClassVar[str] = "refused"
+    boosts: ClassVar[bool] = False
     actor_devices: int = dataclasses.field(default=1, metadata={"help": "devices of the actor group (in each process)"})
     learner_devices: int = dataclasses.field(default=1, metadata={
         "help": "devices of the learner group (in each process), after the actor's"})

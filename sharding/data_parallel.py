@@ -13,7 +13,7 @@ from jaxrl_frag import primitives
 from jaxrl_frag.envs.core import AGENT_AXIS
 from jaxrl_frag.errors import check
 from jaxrl_frag.policy import BatchAxes, NamedAxes, Policy
-from jaxrl_frag.sharding.mesh import set_up_mesh, split_state
+from jaxrl_frag.sharding.mesh import check_runs, set_up_mesh, split_state
 
 PyTree = Any
 SHUFFLE_HELP = ("minibatch shuffling: local (each device its own samples, no trajectory traffic) or exact (equals "
@@ -44,6 +44,10 @@ class DataParallel(Policy):
     """
 
     name: ClassVar[str] = "data-parallel"
+    # splits one run's environment batch; a population's member axis and a boosted run's rungs (slices of its
+    # environment pool, which would not split evenly) are not placed (``sharding.runs``)
+    populations: ClassVar[str] = "refused"
+    boosts: ClassVar[bool] = False
     devices: int | None = dataclasses.field(default=None, metadata={
         "help": "devices to split the environment batch over (default: all)"})
     shuffle: str = dataclasses.field(default="local", metadata={"choices": primitives.SHUFFLES, "help": SHUFFLE_HELP})
@@ -82,6 +86,11 @@ class DataParallel(Policy):
               "(a multi-agent recipe keeps its parameters per agent with --no-shared-params): drop --agent-shards")
         return NamedSharding(self.mesh, PartitionSpec()), split_state(
             state, batch_axes(), self.mesh, self.axis, named_axes=named_axes, settings={AGENT_AXIS: "agent_shards"})
+
+    def executor(self, algorithm: Any, max_rows: int, check_finite: bool) -> Any:
+        """The SPMD program, for an algorithm this policy runs (``populations``)."""
+        check_runs(self, algorithm)
+        return super().executor(algorithm, max_rows, check_finite)
 
     def lowering(self) -> primitives.Lowering:
         """The primitives over the batch split along ``axis``, shuffled as ``shuffle`` says."""

@@ -87,6 +87,20 @@ def set_up_mesh(policy: Any, axes: dict[str, int | None]) -> None:
           f"this policy needs mesh axes {', '.join(map(repr, axes))}")
 
 
+def check_runs(policy: Any, algorithm: Any) -> None:
+    """``ConfigError`` where ``policy`` declares it does not run populations and
+    ``algorithm`` is one (it declares ``population``), or the reverse (``sharding.runs``)."""
+    populations = getattr(policy, "populations", "allowed")
+    population = bool(getattr(algorithm, "population", False))
+    check(populations != "refused" or not population, "policy", policy.name,
+          "runs one algorithm and does not run populations (on the command line: --seeds, --sweep): use a policy "
+          "that does (SingleDevice, PopulationParallel: --policy single or population), or train one algorithm")
+    check(populations != "required" or population, "policy", policy.name,
+          "places a population's members, and this algorithm is not a population: make one "
+          "(transforms.Population.of; on the command line --seeds N or --sweep), or use SingleDevice or "
+          "DataParallel (--policy single or data-parallel)")
+
+
 def split_state(state: PyTree, batch_axes: BatchAxes, mesh: Mesh, data_axis: str,
                  member_axis: str | None = None, named_axes: NamedAxes | None = None,
                  settings: Mapping[str, str] | None = None) -> PyTree:

@@ -12,7 +12,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 from jaxrl_frag import primitives
 from jaxrl_frag.policy import BatchAxes, NamedAxes, Policy
 from jaxrl_frag.sharding.data_parallel import SHUFFLE_HELP
-from jaxrl_frag.sharding.mesh import set_up_mesh, split_state
+from jaxrl_frag.sharding.mesh import check_runs, set_up_mesh, split_state
 
 PyTree = Any
 
@@ -25,6 +25,10 @@ class PopulationParallel(Policy):
     ``DataParallel`` rewrite applies unchanged (same ``shuffle`` modes and exactness)."""
 
     name: ClassVar[str] = "population"
+    # places a population's members (``sharding.runs``); not boosted members: their controller's state is not
+    # declared to its placement (a population of boosted runs runs on one device, ``SingleDevice``)
+    populations: ClassVar[str] = "required"
+    boosts: ClassVar[bool] = False
     pop: int | None = dataclasses.field(default=None, metadata={
         "flag": "devices", "help": "devices to split the members over (default: all)"})
     data: int = 1
@@ -42,6 +46,11 @@ class PopulationParallel(Policy):
                   named_axes: NamedAxes) -> tuple[Sharding, PyTree]:
         """Every leaf's member axis split along ``pop``, environment-batched fields along ``data`` too."""
         return NamedSharding(self.mesh, PartitionSpec()), split_state(state, batch_axes(), self.mesh, "data", "pop", named_axes)
+
+    def executor(self, algorithm: Any, max_rows: int, check_finite: bool) -> Any:
+        """The SPMD program, for a population (``populations``)."""
+        check_runs(self, algorithm)
+        return super().executor(algorithm, max_rows, check_finite)
 
     def lowering(self) -> primitives.Lowering:
         """As ``DataParallel`` over ``data``, members kept on ``pop``."""

@@ -4,7 +4,8 @@
 
 MODE ``commit``: die while the N-th checkpoint step is being committed (its files
 written, the step directory not yet renamed into place); ``rows``: die right after the N-th row of metrics is
-written (past the newest checkpoint); ``none``: run to the end.
+written (past the newest checkpoint); ``stall``: every compiled call after the N-th never
+returns (its results never become ready: a program blocked inside XLA); ``none``: run to the end.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import signal
 import sys
 
 STARTED = "resume_worker: the command starts"
+STALLED = "resume_worker: this call never returns"
 
 
 def _die() -> None:
@@ -47,6 +49,29 @@ def main() -> int:
         from jaxrl_frag import rundir
 
         rundir.RunDir.append_metrics = on_nth(rundir.RunDir.append_metrics)
+    elif mode == "stall":
+        import threading
+
+        import jax
+
+        from jaxrl_frag import policy
+
+        def blocked(x):
+            threading.Event().wait()  # forever
+            return x
+
+        hold = jax.jit(lambda x: jax.pure_callback(blocked, jax.ShapeDtypeStruct(x.shape, x.dtype), x))
+        original = policy.SpmdExecutor.call
+
+        def call(self, *args):
+            calls["count"] += 1
+            state, chunk, rows, num_rows, ran, flags = original(self, *args)
+            if calls["count"] > n:
+                print(STALLED, file=sys.stderr, flush=True)
+                ran = hold(jax.device_get(ran))
+            return state, chunk, rows, num_rows, ran, flags
+
+        policy.SpmdExecutor.call = call
     from jaxrl_frag.cli import main as cli
 
     print(STARTED, file=sys.stderr, flush=True)  # past Python's imports: the command's own signal handling from here

@@ -6,6 +6,7 @@ memory end here within seconds."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -67,7 +68,7 @@ CASES = [
     ([*TRAIN, "--boost", "nitro", "--boost-decay", "1.5"], ["boost_decay=1.5", "(0, 1]"]),
     ([*TRAIN, "--boost", "nitro", "--boost-window", "1"], ["boost_window=1", ">= 2"]),
     ([*TRAIN, "--boost", "nitro", "--budget-cost=-1"], ["budget_cost=-1", "must be positive"]),
-    ([*TRAIN, "--boost", "nitro", "--policy", "data-parallel"], ["policy='data-parallel'", "single or population"]),
+    ([*TRAIN, "--boost", "nitro", "--policy", "data-parallel"], ["policy='data-parallel'", "boosting takes --policy single"]),
     (["train", "dqn", "--env", "CartPole-v1", "--boost", "nitro"], ["recipe='DQN'", "on-policy recipes"]),
     (["train", "a2c", "--env", "CartPole-v1", "--boost", "gns"], ["num_minibatches=1", "at least 2 minibatches"]),
     # host environments
@@ -306,13 +307,54 @@ CASES = [
     (["train", "ppo", "--env", "gymnasium:CartPole-v1", "--eval-every", "5"],
      ["eval_every=5", "host environment", "jaxrl-frag evaluate"]),
     ([*NITRO, "--eval-every", "5"], ["eval_every=5", "no policy to act with", "boosted"]),
+    # combinations of settings: refused from what recipes, transforms and policies declare they run
+    ([*NITRO, "--memory", "gru"], ["memory='gru'", "recurrent policy", "--memory none", "--boost off"]),
+    ([*NITRO, "--memory", "lstm", "--boost-minibatches", "count"], ["memory='lstm'", "--memory none"]),
+    ([*TRAIN, "--policy", "population"],
+     ["policy='population'", "trains one member", "--seeds N (N > 1)", "--sweep", "--policy single or data-parallel"]),
+    (["explain", "ppo", "--env", "CartPole-v1", "--policy", "population", "--devices", "2"],
+     ["policy='population'", "--seeds N (N > 1)"]),
+    ([*TRAIN, "--policy", "data-parallel", "--devices", "2", "--seeds", "2"],
+     ["policy='data-parallel'", "does not run populations", "--seeds 2", "use --policy single or population",
+      "drop --seeds"]),
+    ([*TRAIN, "--policy", "data-parallel", "--sweep", "lr=1e-3,1e-4"],
+     ["policy='data-parallel'", "--sweep lr=1e-3,1e-4", "--policy single or population", "drop --sweep"]),
+    ([*TRAIN, "--policy", "actor-learner", "--boost", "nitro"],
+     ["policy='actor-learner'", "boosted runs", "boosting takes --policy single;", "drop --boost"]),
+    ([*NITRO, "--policy", "population", "--devices", "2", "--seeds", "2"],
+     ["policy='population'", "boosted runs", "boosting takes --policy single;", "drop --boost"]),
+    ([*TRAIN, "--policy", "data-parallel", "--boost", "fixed", "--seeds", "2"], ["policy='data-parallel'", "populations"]),
+    # flags are never abbreviated
+    ([*TRAIN, "--num", "4"], ["unrecognized arguments: --num"]),
+    ([*TRAIN, "--total", "64"], ["unrecognized arguments: --total"]),
+    ([*TRAIN, "--pol", "data-parallel"], ["unrecognized arguments: --pol"]),
+    (["evaluate", "{existing}", "--episode", "3"], ["unrecognized arguments: --episode"]),
+    (["resume", "{existing}", "--overr", "total_steps=128"], ["unrecognized arguments: --overr"]),
+    # lists refuse empty elements, and a setting given twice is refused, not dropped
+    ([*TRAIN, "--hidden", "64,,64"], ["--hidden: '64,,64' is not a comma-separated list", "an element is empty", HELP]),
+    ([*TRAIN, "--hidden", "64,"], ["--hidden: '64,' is not a comma-separated list", "an element is empty", HELP]),
+    ([*NITRO, "--boost-ladder", ",8,16"], ["--boost-ladder: ',8,16' is not", "an element is empty", HELP]),
+    ([*TRAIN, "--sweep", "lr=1e-3,,1e-4"], ["sweep='lr=1e-3,,1e-4'", "numbers"]),
+    ([*TRAIN, "--sweep", "lr=1e-3", "--sweep", "lr=1e-4"],
+     ["sweep='lr=1e-4'", "sweeps lr again", "--sweep lr=1e-3", "give each name once"]),
+    (["resume", "{existing}", "--override", "total_steps=128", "--override", "total_steps=256"],
+     ["override='total_steps=256'", "overridden twice", "total_steps=128", "give it once"]),
+    # spaces around '=' in --override are read as none
+    (["resume", "{existing}", "--override", "lr = 1e-3"], ["override='lr = 1e-3'", "'lr' cannot change"]),
+    (["resume", "{existing}", "--override", "total_steps = lots"], ["override='total_steps = lots'", "whole number"]),
+    *([] if importlib.util.find_spec("Box2D") is not None else [  # an optional dependency missing
+        (["train", "ppo", "--env", "gymnasium:LunarLander-v3"],
+         ["env='gymnasium:LunarLander-v3'", "needs the module 'Box2D'", 'pip install "gymnasium[box2d]"']),
+        (["evaluate", "{lunar}"], ["env='gymnasium:LunarLander-v3'", "'Box2D'", 'pip install "gymnasium[box2d]"']),
+    ]),
 ]
 
 
 @pytest.fixture(scope="module")
 def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """An existing finished run, an empty directory and a plain file; a run's config.json
-    alone (on Acrobot-v1, no checkpoint), and a run beside an eval.csv of someone else's."""
+    alone (on Acrobot-v1, no checkpoint), a run beside an eval.csv of someone else's, and
+    a run whose config.json names gymnasium:LunarLander-v3."""
     root = tmp_path_factory.mktemp("bad_input")
     existing = root / "existing"
     assert main([*TRAIN, *TINY, "--run-dir", str(existing)]) == 0
@@ -326,7 +368,10 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (root / "configured" / "config.json").write_text(json.dumps(config))
     shutil.copytree(existing, root / "foreign_eval", ignore=shutil.ignore_patterns("run.lock"))
     (root / "foreign_eval" / "eval.csv").write_text("seed,score\n0,1\n")
-    return {name: root / name for name in ("existing", "empty", "file", "configured", "foreign_eval")}
+    shutil.copytree(existing, root / "lunar", ignore=shutil.ignore_patterns("run.lock"))
+    config["settings"]["env"] = "gymnasium:LunarLander-v3"
+    (root / "lunar" / "config.json").write_text(json.dumps(config))
+    return {name: root / name for name in ("existing", "empty", "file", "configured", "foreign_eval", "lunar")}
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
@@ -362,3 +407,48 @@ def test_bad_input_exits_2_with_a_message_and_touches_nothing(
         assert lines[-1].startswith("run 'jaxrl-frag") and lines[-1].endswith(" --help' for the settings"), err
     assert _snapshot(root) == before
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_override_reads_spaces_around_its_equals_sign() -> None:
+    from jaxrl_frag.cli.resume import parse_overrides
+
+    assert parse_overrides(["total_steps = 4096", " keep_checkpoints= 2 "]) == {"total_steps": 4096, "keep_checkpoints": 2}
+
+
+@pytest.mark.parametrize("argv", [["train", "ppo", "--env", "CartPole-v1"], ["explain", "ppo", "--env", "CartPole-v1"],
+                                  ["resume", "run"], ["evaluate", "run"]])
+def test_no_parser_takes_an_abbreviated_flag(argv: list[str]) -> None:
+    import argparse
+
+    from jaxrl_frag.cli import build_parser
+    from jaxrl_frag.cli.flags import Parser
+    from jaxrl_frag.cli.runtime import add_runtime_flags
+
+    parsers, seen = [build_parser(argv)], []
+    while parsers:
+        parser = parsers.pop()
+        seen.append(parser)
+        assert parser.allow_abbrev is False, parser.prog
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+    assert len(seen) > 3
+    early = Parser(add_help=False)  # as runtime reads the device and process flags ahead of the others
+    add_runtime_flags(early)
+    assert early.parse_known_args(["--num", "4"])[0].num_processes is None
+
+
+def test_a_policy_refuses_from_python_what_it_declares_it_does_not_run() -> None:
+    import jaxrl_frag as jf
+    from jaxrl_frag import recipes, sharding, transforms
+    from jaxrl_frag.errors import ConfigError
+
+    algo = recipes.RECIPES["ppo"].create("CartPole-v1", num_envs=4, num_steps=8, total_steps=64)
+    population = transforms.Population.of([algo, algo], [0, 1])
+    with pytest.raises(ConfigError, match="policy='data-parallel': runs one algorithm and does not run populations"):
+        jf.compile(population, sharding.DataParallel(devices=1))
+    with pytest.raises(ConfigError, match="policy='population': places a population's members"):
+        jf.compile(algo, sharding.PopulationParallel(pop=1))
+    assert sharding.runs(sharding.SingleDevice) == {"populations": "allowed", "boosts": True}
+    assert sharding.running("boosts", True) == ["single"]
+    assert sharding.running("populations", True) == ["single", "population"]

@@ -136,6 +136,16 @@ def test_load_policy_acts_on_one_observation_or_a_batch(tiny_run: Path) -> None:
     assert [int(act(o, key)) for o in obs] == batch.tolist()  # greedy: the key does not matter
 
 
+@pytest.mark.parametrize("shape", [(3,), (6, 5), (2, 3, 4), ()])
+def test_load_policy_names_the_observation_shape_it_takes(tiny_run: Path, shape: tuple[int, ...]) -> None:
+    act = jf.load_policy(tiny_run)
+    with pytest.raises(ValueError) as error:
+        act(np.zeros(shape, np.float32), jax.random.PRNGKey(0))
+    message = str(error.value)
+    assert f"obs has shape {shape}" in message and "one observation of shape (4,)" in message, message
+    assert "a batch of shape [N, *(4,)]" in message and "CartPole-v1" in message, message
+
+
 @pytest.mark.slow
 def test_an_exported_policy_runs_with_jax_alone(tiny_run: Path, tmp_path: Path) -> None:
     path = jf.export_policy(tiny_run, tmp_path / "policy.jax", greedy=False)

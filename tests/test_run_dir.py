@@ -147,6 +147,12 @@ def _run_and_notes(run: Path, cwd: Path, stack: contextlib.ExitStack) -> None:
     (run / "notes.txt").write_text("a user's notes, kept in the run directory\n")
 
 
+def _notes_a_level_down(run: Path, cwd: Path, stack: contextlib.ExitStack) -> None:
+    """A user's files inside the run's folders, where only the run's own files go."""
+    (run / "checkpoints" / "notes.txt").write_text("a user's file\n")
+    (run / "tensorboard" / "notes.txt").write_text("a user's file\n")
+
+
 def _held_lock(run: Path, cwd: Path, stack: contextlib.ExitStack) -> dict[str, str]:
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
@@ -268,6 +274,9 @@ FAULTS = [
           2, ["holds files but no run"]),
     Fault("--overwrite of a run that also holds a user's file", _run_and_notes,
           [*TRAIN, "--run-dir", "{run}", "--overwrite"], 2, ["holds a run and also notes.txt"]),
+    Fault("--overwrite of a run with a user's file inside checkpoints/ and tensorboard/", _notes_a_level_down,
+          [*TRAIN, "--run-dir", "{run}", "--overwrite"], 2,
+          ["holds a run and also checkpoints/notes.txt, tensorboard/notes.txt, which no run writes"]),
     # one writer at a time
     Fault("resume of a run that another process writes", _held_lock, RESUME, 2,
           ["is being written by process {pid} on "]),

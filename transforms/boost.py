@@ -75,7 +75,8 @@ class Boostable(Protocol):
     it again at another environment count, one iteration as a ``round`` that also returns
     what it learned from, the ``samples`` of that, and the ``loss`` on a minibatch of them
     (probed for curvature and gradient noise). ``rollout`` and ``learn`` are its actor and
-    learner fragments (timed by ``calibrate``)."""
+    learner fragments (timed by ``calibrate``). A recipe that declares itself
+    ``recurrent`` (it learns from whole environments' sequences) is not boosted."""
 
     env: Any
     num_envs: int
@@ -204,6 +205,10 @@ class Boosted(Algorithm):
         check(recipe.env.capabilities.traceable, "boost", s["strategy"],
               "steps a slice of a pool of environments traced into the program; these step outside it (host "
               "environments, gymnasium: or ale:): turn boosting off")
+        check(not getattr(recipe, "recurrent", False), "memory", getattr(recipe, "memory", "recurrent"),
+              "a recurrent policy learns from whole environments' sequences, and boosting changes how many "
+              "environments a round steps and for how long from rung to rung (so the sequences' shapes, within one "
+              "compiled program): boost a feed-forward policy (--memory none), or turn boosting off (--boost off)")
         check(len(ladder) > 0 and all(n > 0 for n in ladder) and list(ladder) == sorted(set(ladder)), "boost_ladder",
               ",".join(map(str, ladder)), "give distinct positive environment counts in ascending order, e.g. 8,16,32,64")
         fixed = s["fixed_actors"] or ladder[-1]

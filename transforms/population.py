@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -56,6 +56,10 @@ class Population(Algorithm):
     members: Algorithm
     seeds: jax.Array
     size: int = static_field()
+
+    # its state leads with a member axis: a policy places it only where it declares it runs populations
+    # (``sharding.runs``)
+    population: ClassVar[bool] = True
 
     @classmethod
     def of(cls, algorithms: Sequence[Algorithm], seeds: Sequence[int]) -> Population:

@@ -7,16 +7,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import os
+import sys
 from typing import Any
 
 import numpy as np
 
 from jaxrl_frag.bounds import MEMBERS_MAX, SEED_MAX, check_count
 from jaxrl_frag.cli import flags
-from jaxrl_frag.errors import check
+from jaxrl_frag.errors import ConfigError, check
 
 Members = list[tuple[dict[str, float], int]]  # a population's members: setting and seed, in member order
 EVAL_EPISODES = 10  # episodes per evaluation of --eval-every, by default
+# caps the environment steps of every train and resume run (the README's commands run small in the test suite)
+MAX_STEPS_VARIABLE = "JAXRL_FRAG_MAX_STEPS"
 
 
 @functools.cache
@@ -54,9 +58,10 @@ def boost_kinds() -> dict[str, flags.Kind]:
 
 def add_boost_flags(parser: argparse.ArgumentParser) -> None:
     """The flags of adaptive actor boosting (``jaxrl_frag.transforms.boost``), one per setting."""
+    from jaxrl_frag.sharding import running
     from jaxrl_frag.transforms.boost import STRATEGIES, Boosted
 
-    group = parser.add_argument_group("actor boosting (ppo, a2c, impala; single or population policy)")
+    group = parser.add_argument_group(f"actor boosting (ppo, a2c, impala; --policy {' or '.join(running('boosts', True))})")
     (strategy,) = [f for f in Boosted.settings() if f.name == "strategy"]
     group.add_argument(strategy.metadata["flag"], dest="boost", choices=(*STRATEGIES, "off"), default="off",
                        help=f"{strategy.metadata['help']} (default {strategy.default!r}); off: a fixed --num-envs "
@@ -95,22 +100,32 @@ def make_algorithm(args: argparse.Namespace) -> tuple[Any, Members | None]:
     overrides = recipe_overrides(args, args.recipe_cls)
     evaluating = _check_evaluation(args)
     boosting = getattr(args, "boost", "off") != "off"
+    check_policy_runs(args, boosting)
     settings = boost_settings(args) if boosting else {}
     ladder = settings.get("ladder", Boosted.defaults()["ladder"])
     calibrating = boosting and (args.boost_calibrate or args.boost_budget_cost is not None)
     if boosting:
-        check(args.policy in ("single", "population"), "policy", args.policy,
-              "boosted runs take the single or population policy (the ladder slices one environment pool)")
         check("num_envs" not in overrides, "num_envs", overrides.get("num_envs"),
               "a boosted run's environment counts are its --boost-ladder; drop --num-envs")
         for count in ladder:
             check_count("boost_ladder", count)
         overrides["num_envs"] = ladder[-1]
 
+    cap = _steps_cap(args)
+    capped: list[tuple[int, int]] = []  # the run's steps as given and as capped, where $JAXRL_FRAG_MAX_STEPS lowers them
+
     def build(**recipe_settings: Any) -> Any:
+        if cap is not None:
+            recipe_settings = _capped(args, recipe_settings, cap, capped)
         recipe = args.recipe_cls.create(args.env, **recipe_settings)
         if not boosting:
             return recipe
+        budget = settings.get("budget_steps")
+        if cap is not None and budget:  # at least one round at the bottom rung, as Boosted asks
+            steps = max(cap, ladder[0] * recipe.num_steps)
+            if budget > steps:
+                capped.insert(0, (budget, steps))
+                settings["budget_steps"] = steps
         # calibrated after every setting is validated: until then rounds cost nothing
         seconds = np.zeros((len(ladder), 3)) if calibrating else None
         return Boosted.create(recipe, round_seconds=seconds, **settings)
@@ -127,6 +142,8 @@ def make_algorithm(args: argparse.Namespace) -> tuple[Any, Members | None]:
         sweeps.check_traced(args.recipe_cls, list(setting_list[0]))
         members = sweeps.members(setting_list, args.seeds, args.seed)
         algorithms = [build(**{**overrides, **setting}) for setting, _ in members]
+    if capped:
+        _say_capped(cap, capped[0])
     costs.check_state_fits(algorithms[0], len(algorithms), memory_fix(args, program=False))
     if evaluating:  # the first member validated and traced once, the others in its place
         episodes = EVAL_EPISODES if args.eval_episodes is None else args.eval_episodes
@@ -137,6 +154,77 @@ def make_algorithm(args: argparse.Namespace) -> tuple[Any, Members | None]:
     if members is None:
         return algorithms[0], None
     return Population.of(algorithms, [seed for _, seed in members]), members
+
+
+def _steps_cap(args: argparse.Namespace) -> int | None:
+    """``$JAXRL_FRAG_MAX_STEPS``, read for train and resume (whose arguments name a run
+    directory; explain's do not); ``None`` where it is unset or empty."""
+    text = os.environ.get(MAX_STEPS_VARIABLE, "")
+    if not text or not hasattr(args, "run_dir"):
+        return None
+    try:
+        cap = flags.parse_int(text)
+    except (ValueError, argparse.ArgumentTypeError):
+        cap = None
+    check(cap is not None and cap > 0, MAX_STEPS_VARIABLE, text,
+          "caps the environment steps of a run: give a positive whole number (e.g. 2048), or unset it")
+    return cap
+
+
+def _capped(args: argparse.Namespace, given: dict[str, Any], cap: int, capped: list[tuple[int, int]]) -> dict[str, Any]:
+    """``given`` with ``total_steps`` lowered to ``cap``, or to the least the settings allow
+    (one iteration; an off-policy recipe's ``learning_starts``), where the run would take
+    more; appends (resolved, capped) totals to ``capped`` where it lowers one."""
+    recipe = args.recipe_cls
+    if not all(hasattr(recipe, name) for name in ("fields", "defaults")):  # a plugin's recipe that is no Recipe
+        return given
+    resolved = {**recipe.fields(), **recipe.defaults(args.env), **given}
+    if not all(name in resolved for name in ("total_steps", "num_envs", "num_steps")):
+        return given
+    least = max(resolved["num_envs"] * resolved["num_steps"], resolved.get("learning_starts", 0))
+    steps = max(cap, least)
+    if resolved["total_steps"] <= steps:
+        return given
+    capped.append((resolved["total_steps"], steps))
+    return {**given, "total_steps": steps}
+
+
+def _say_capped(cap: int, totals: tuple[int, int]) -> None:
+    """The line on stderr saying that ``$JAXRL_FRAG_MAX_STEPS`` shortened the run."""
+    from jaxrl_frag.distributed import is_main_process
+
+    if is_main_process():
+        total, steps = totals
+        least = "" if steps == cap else " (the least these settings allow)"
+        print(f"jaxrl-frag: {MAX_STEPS_VARIABLE}={cap}: training for {steps:,} environment steps{least} instead of "
+              f"{total:,}", file=sys.stderr, flush=True)
+
+
+def check_policy_runs(args: argparse.Namespace, boosting: bool) -> None:
+    """Refuse a ``--policy`` that does not run what the other flags make: a population
+    (``--seeds`` > 1 or ``--sweep``) or one algorithm, boosted or not, as the policy
+    declares (``sharding.runs``); the fix names the policies that do."""
+    from jaxrl_frag.sharding import POLICIES, running, runs
+
+    declared = runs(POLICIES[args.policy])
+    population = args.seeds > 1 or bool(args.sweep)
+    given = [*(["--seeds"] if args.seeds > 1 else []), *(["--sweep"] if args.sweep else [])]
+    made = " with ".join([*([f"--seeds {args.seeds}"] if args.seeds > 1 else []), *([f"--sweep {args.sweep[0]}"]
+                                                                                     if args.sweep else [])])
+    if population and declared["populations"] == "refused":
+        raise ConfigError("policy", args.policy, (
+            f"runs one algorithm and does not run populations, which {made} makes (a member per seed and "
+            f"setting): to train several seeds or settings as one population use --policy "
+            f"{' or '.join(running('populations', True))}, or drop {' and '.join(given)} to train one"))
+    if not population and declared["populations"] == "required":
+        raise ConfigError("policy", args.policy, (
+            "splits a population's members over devices, and this run trains one member: give --seeds N (N > 1) "
+            "or --sweep NAME=V1,V2 for several, or for one use --policy "
+            f"{' or '.join(running('populations', False))}"))
+    if boosting and not declared["boosts"]:
+        raise ConfigError("policy", args.policy, (
+            f"does not run boosted runs (--boost {args.boost}: rounds on slices of one environment pool): boosting "
+            f"takes --policy {' or '.join(running('boosts', True))}; or drop --boost"))
 
 
 def _check_evaluation(args: argparse.Namespace) -> bool:

@@ -11,8 +11,10 @@ def list_envs(args: argparse.Namespace) -> int:
     from jaxrl_frag.envs import registry
 
     print("\n".join(registry.available()))
-    print("gymnasium:<id>   any Gymnasium environment, in worker processes\n"
-          "ale:<Game>       an Atari game (ale-py), standard preprocessing, in worker processes\n"
+    # where --env-backend auto steps them (envs.HostEnv.make)
+    print("gymnasium:<id>   any Gymnasium environment, in worker processes (--env-backend)\n"
+          "ale:<Game>       an Atari game (ale-py), standard preprocessing, on ale-py's threads in this process "
+          "(--env-backend)\n"
           "<id>@obs=I,J     a JAX environment observing only entries I, J, ... of its observation vector "
           "(CartPole-v1@obs=0,2: no velocities)")
     for prefix, entry_point in registry.plugin_families().items():

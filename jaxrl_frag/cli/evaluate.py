@@ -1,7 +1,8 @@
 """``jaxrl-frag evaluate``: play a run's trained policy (its newest checkpoint) for
 complete episodes in one compiled program, print the mean return with a 95% interval,
 write ``eval.csv`` into the run directory and, with ``--video``, draw one episode.
-Checkpoints and metrics.csv are only read."""
+Checkpoints and metrics.csv are only read; each file is written whole or not at all, a
+failed write ending with status 5 naming the file and the cause."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def evaluate(args: argparse.Namespace) -> int:
     from jaxrl_frag import summary
     from jaxrl_frag.bounds import SEED_MAX, check_count
     from jaxrl_frag.evaluation import check_episodes, evaluate, restore
-    from jaxrl_frag.rundir import RunDir
+    from jaxrl_frag.rundir import RunDir, report_write_failure
     from jaxrl_frag.video import check_video, write_video
 
     check_episodes(args.episodes)
@@ -41,6 +42,7 @@ def evaluate(args: argparse.Namespace) -> int:
     if args.video is not None:
         check_video(args.video, env_id)
     run.check_eval()
+    run.check_writable()  # eval.csv is written there: refused now, before the episodes are played
     trained = restore(run.path, args.member)
     episodes = evaluate(trained, args.episodes, args.greedy, args.seed)
     low, high = summary.bootstrap_ci(episodes.returns)
@@ -51,8 +53,11 @@ def evaluate(args: argparse.Namespace) -> int:
           f"episodes (mean length {episodes.lengths.mean():.1f})")
     rows = [{"episode": i, "return": float(r), "length": int(n)}
             for i, (r, n) in enumerate(zip(episodes.returns, episodes.lengths, strict=True))]
-    print(f"wrote {run.write_eval(rows)}")
-    if args.video is not None:
-        length, total = write_video(trained, args.video, args.greedy, args.seed)
-        print(f"wrote {args.video}: one episode, {length} steps, return {total:.2f}")
+    try:
+        print(f"wrote {run.write_eval(rows)}")
+        if args.video is not None:
+            length, total = write_video(trained, args.video, args.greedy, args.seed)
+            print(f"wrote {args.video}: one episode, {length} steps, return {total:.2f}")
+    except OSError as error:
+        return report_write_failure(error, run.path, "; the earlier file there, if any, is as it was")
     return 0

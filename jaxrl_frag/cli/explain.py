@@ -20,9 +20,10 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 def explain(args: argparse.Namespace) -> int:
     import jaxrl_frag as jf
     from jaxrl_frag.drawing import check_path
+    from jaxrl_frag.rundir import check_output, report_write_failure, write_atomically
 
     if args.draw is not None:
-        check_path(args.draw)
+        check_output("draw", check_path(args.draw))
 
     algo, _ = make_algorithm(args)
     policy = policies.make_policy(args)
@@ -34,5 +35,8 @@ def explain(args: argparse.Namespace) -> int:
     explanation = program.explain()
     print(explanation)
     if args.draw is not None:
-        print(f"wrote {explanation.draw(args.draw)}")
+        try:  # through a temporary file with the same suffix, which chooses the format
+            print(f"wrote {write_atomically(args.draw, explanation.draw)}")
+        except OSError as error:
+            return report_write_failure(error, args.draw, "; the earlier file there, if any, is as it was")
     return 0

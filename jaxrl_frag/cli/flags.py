@@ -39,9 +39,12 @@ _NEGATIVE_NUMBER = re.compile(r"-\.?\d|-(inf|infinity|nan)$", re.IGNORECASE)
 
 class Parser(argparse.ArgumentParser):
     """argparse's parser, reporting a usage error in one line and a pointer to ``--help``
-    (not the usage), and reading every negative number (``--lr -1e-3``) as a value."""
+    (not the usage), and reading every negative number (``--lr -1e-3``) as a value. No
+    flag may be abbreviated (``--num`` is not ``--num-processes``): its subparsers are of
+    this class too (argparse makes them so), and refuse abbreviations alike."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = _NEGATIVE_NUMBER
         self.elsewhere: dict[str, str] = {}  # flags the command lacks -> where they are, said when one is given
@@ -215,12 +218,14 @@ def sequence(element: type, length: int | None = None) -> Kind:
     what = f"a comma-separated list of {noun}" if length is None else f"{length} comma-separated {noun}"
 
     def parse(text: str) -> tuple[Any, ...]:
-        try:
-            items = tuple(p.strip() if element is str else item.parse(p) for p in text.split(",") if p.strip())
+        parts = [p.strip() for p in text.split(",")]
+        try:  # an empty element (``64,,64``, ``64,``) is a typo, not a separator to skip
+            items = () if not all(parts) else tuple(p if element is str else item.parse(p) for p in parts)
         except (ValueError, argparse.ArgumentTypeError):
             items = ()
         if not items or (length is not None and len(items) != length):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}, e.g. {example}")
+            empty = " (an element is empty)" if text.strip() and not all(parts) else ""
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}{empty}, e.g. {example}")
         return items
 
     def load(value: Any) -> tuple[Any, ...]:

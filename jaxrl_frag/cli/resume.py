@@ -1,5 +1,6 @@
 """``jaxrl-frag resume``: continue a run from its newest checkpoint, with the settings
-its config.json saved (and the few a resumed run may change, by ``--override``)."""
+its config.json saved (and the few a resumed run may change, by ``--override``); a
+finished run's learning curve, where it is missing or damaged, is drawn again."""
 
 from __future__ import annotations
 
@@ -46,7 +47,31 @@ def resume(args: argparse.Namespace) -> int:
     changed = changed_settings(saved, config, (*RUNTIME_KEYS, *overrides), setting_defaults(algo))
     check(not changed, "config", ", ".join(changed.values()),
           "the saved settings no longer build the same run (was the recipe's code changed?); start a new run")
-    return run(train_args, run_dir, algo, members, config, restart=args.restart)
+    status = run(train_args, run_dir, algo, members, config, restart=args.restart)
+    if status == 0 and members is None and is_main_process():
+        return restore_curve(run_dir, algo, f"{train_args.recipe} on {train_args.env}")
+    return status
+
+
+def restore_curve(run_dir: Any, algo: Any, title: str) -> int:
+    """Draw ``learning_curve.png`` of the finished run in ``run_dir`` again where it is missing
+    or damaged, saying so (holding the run's lock); the exit status: ``WRITE_FAILED`` where
+    that write fails, else 0. A run not finished (its rows end before ``algo``'s last
+    iteration) is left as it is."""
+    from jaxrl_frag.rundir import CURVE, report_write_failure
+
+    last, rows_problem = run_dir.inspect_metrics()
+    problem = run_dir.curve_problem()
+    if problem is None or rows_problem is not None or last < algo.num_iterations:
+        return 0
+    try:
+        with run_dir:
+            run_dir.lock()
+            path = run_dir.plot(title)
+    except OSError as error:
+        return report_write_failure(error, run_dir.path, "; the run itself is complete, its checkpoints intact")
+    print(f"{CURVE} {problem}: rewrote {path}")
+    return 0
 
 
 def saved_train_args(run_dir: Any, saved: dict[str, Any], overrides: dict[str, Any]) -> argparse.Namespace:
@@ -82,11 +107,13 @@ def parse_overrides(specs: Sequence[str]) -> dict[str, Any]:
     """``["total_steps=1e6"]`` -> ``{"total_steps": 1000000}``; only ``RESUMABLE_CHANGES``."""
     out: dict[str, Any] = {}
     for spec in specs:
-        name, sep, value = spec.partition("=")
+        name, sep, value = (part.strip() for part in spec.partition("="))  # spaces around '=' are the shell's quoting
         check(bool(sep and name and value), "override", spec, "write NAME=VALUE, e.g. total_steps=1e6")
         check(name in RESUMABLE_CHANGES, "override", spec,
-              f"{name} cannot change in a resumed run (it would no longer be the same run); the settings that can: "
-              f"{', '.join(RESUMABLE_CHANGES)}; start a new run to change {name}")
+              f"{name!r} cannot change in a resumed run (it would no longer be the same run); the settings that can: "
+              f"{', '.join(RESUMABLE_CHANGES)}; start a new run to change {name!r}")
+        check(name not in out, "override", spec,
+              f"{name} is overridden twice ({name}={out.get(name)!r} before); give it once")
         try:
             out[name] = flags.parse_int(value)
         except (ValueError, argparse.ArgumentTypeError):

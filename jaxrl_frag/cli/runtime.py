@@ -134,6 +134,16 @@ def add_runtime_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-processes", type=flags.parse_int, default=None,
                         help="multi-process run: number of processes")
     parser.add_argument("--process-id", type=flags.parse_int, default=None, help="multi-process run: this process's index")
+    parser.add_argument("--join-timeout", type=_seconds, default=None, metavar="SECONDS",
+                        help="multi-process run: give up (exit status 2, naming the processes that never joined) after "
+                             "waiting this long for the others to start (or $JAXRL_FRAG_JOIN_TIMEOUT; default 300)")
+
+
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
 
 
 def configure_runtime(argv: Sequence[str] | None) -> None:
@@ -174,12 +184,22 @@ def configure_runtime(argv: Sequence[str] | None) -> None:
         force_cpu_devices(devices, policies.devices_flags(args))
     if args.num_processes is not None:
         check_count("num_processes", args.num_processes, INT32_MAX, "jax's distributed runtime counts in int32")
-    distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+    distributed.initialize(args.coordinator, args.num_processes, args.process_id, join_timeout=args.join_timeout)
+
+
+def compilation_cache_dir() -> Path:
+    """Where the command line keeps XLA's compiled programs: ``$JAXRL_FRAG_CACHE_DIR``, else
+    ``jaxrl_frag/xla`` in the user's cache directory (``$XDG_CACHE_HOME``, else ``~/.cache``)."""
+    if os.environ.get("JAXRL_FRAG_CACHE_DIR"):
+        return Path(os.environ["JAXRL_FRAG_CACHE_DIR"])
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    user_cache = Path(xdg) if Path(xdg).is_absolute() else Path.home() / ".cache"  # a relative one is ignored, as the spec says
+    return user_cache / "jaxrl_frag" / "xla"
 
 
 def enable_compilation_cache() -> None:
     import jax
 
-    cache = os.environ.get("JAXRL_FRAG_CACHE_DIR", str(Path.home() / ".cache" / "jaxrl_frag" / "xla"))
+    cache = str(compilation_cache_dir())
     jax.config.update("jax_compilation_cache_dir", cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)

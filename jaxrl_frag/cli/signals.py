@@ -58,25 +58,42 @@ class Interrupt:
 class StopOnSignal:
     """While active, SIGINT and SIGTERM (a preemption notice) ask the run to stop after
     its current call (calls last about ``Program.seconds_per_call``, whatever the chunk
-    size); a second one ends the process at once with ``INTERRUPTED``, the checkpoint
-    being written then left unfinished (orbax commits a step by renaming it, so the
-    newest complete one is untouched)."""
+    size), or to end once what it is writing is written, and say so; a second one ends the
+    process at once with ``INTERRUPTED``, and so does the first where the call in progress
+    has not ended ``GRACE`` seconds after it (a call that never returns). Either way the
+    checkpoint being written is left unfinished (orbax commits a step by renaming it, so
+    the newest complete one is untouched), and the line printed says how to resume."""
 
-    def __init__(self) -> None:
+    GRACE = 4.0  # seconds a call may still take after the first signal
+
+    def __init__(self, resume: str) -> None:
         self.requested = False
+        self.resume = resume  # the command that continues the run
         self._previous: dict[int, Any] = {}
+        self._watchdog: threading.Timer | None = None
 
     def __call__(self) -> bool:
+        """Whether a stop was asked for; asked between calls, so the call in progress has ended."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         return self.requested
+
+    def _exit_now(self, why: str) -> None:
+        os.write(2, f"\njaxrl-frag: {why}: exiting now; the newest complete checkpoint is kept. "
+                    f"Resume with: {self.resume}\n".encode())
+        os._exit(INTERRUPTED)
 
     def _handle(self, signum: int, _frame: Any) -> None:
         name = signal.Signals(signum).name  # written unbuffered: the handler may run inside a print
         if self.requested:
-            os.write(2, f"\njaxrl-frag: second {name}: exiting now; the newest complete checkpoint is kept\n".encode())
-            os._exit(INTERRUPTED)
+            self._exit_now(f"second {name}")
         self.requested = True
-        os.write(2, f"\njaxrl-frag: {name} received: stopping after the current call (a few seconds) and saving a "
-                    "checkpoint; send it again to exit at once\n".encode())
+        os.write(2, f"\njaxrl-frag: {name} received: stopping within seconds (after the current call, with a "
+                    "checkpoint, or once the file being written is whole); send it again to exit at once\n".encode())
+        self._watchdog = threading.Timer(
+            self.GRACE, self._exit_now, [f"still busy {self.GRACE:g} s after {name}"])
+        self._watchdog.daemon = True
+        self._watchdog.start()
 
     def __enter__(self) -> StopOnSignal:
         self.requested = Interrupt.received  # one that reached the command's set-up, where Python dropped it
@@ -86,6 +103,7 @@ class StopOnSignal:
         return self
 
     def __exit__(self, *_: Any) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
-

@@ -18,7 +18,7 @@ from jaxrl_frag.cli import flags, policies
 from jaxrl_frag.cli.algorithm import EVAL_EPISODES, Members, boost_kinds, boost_settings, make_algorithm, memory_fix, recipe_flags
 from jaxrl_frag.cli.runtime import enable_compilation_cache
 from jaxrl_frag.cli.signals import Interrupt, StopOnSignal
-from jaxrl_frag.errors import ENV_WORKER_FAILED, NON_FINITE, WRITE_FAILED, check
+from jaxrl_frag.errors import ENV_WORKER_FAILED, INTERRUPTED, NON_FINITE, WRITE_FAILED, check
 
 # settings a resumed run may change: they decide how long it runs, where and how it
 # reports, not what it computes per iteration
@@ -202,11 +202,13 @@ def _run_locked(args: argparse.Namespace, run_dir: Any, algo: Any, members: Memb
             run_dir.open_log(purge_step=done * algo.steps_per_iteration + 1)
         earlier = [] if start is None else start.meta.get("rows", [])
         on_chunk = _Reporter(run_dir, members, algo, done, earlier) if main_process else None
-        stop = StopOnSignal()
+        stop = StopOnSignal(resume=f"jaxrl-frag resume {run_dir.path}")
         try:
             with stop:
                 history = program.run(jax.random.PRNGKey(args.seed) if start is None else start, on_chunk=on_chunk,
                                       checkpoints=checkpoints, stop=stop, meta={"run_config": config})
+                if not history.stopped:
+                    return _finish(args, run_dir, history, members, on_chunk, stop, checkpoints, say)
         except NonFiniteError as error:
             last = checkpoints.steps()
             kept = f"the last good checkpoint is iteration {last[-1]} in {checkpoints.directory}" if last else "no checkpoint"
@@ -224,20 +226,36 @@ def _run_locked(args: argparse.Namespace, run_dir: Any, algo: Any, members: Memb
                 on_chunk.close()
     finally:
         checkpoints.close()
-    if history.stopped:
-        say(f"stopped at iteration {history.iteration} of {algo.num_iterations}; checkpoint saved in "
-            f"{checkpoints.directory}. Resume with: jaxrl-frag resume {run_dir.path}")
-        return 0
+    say(f"stopped at iteration {history.iteration} of {algo.num_iterations}; checkpoint saved in "
+        f"{checkpoints.directory}. Resume with: jaxrl-frag resume {run_dir.path}")
+    return 0
+
+
+def _finish(args: argparse.Namespace, run_dir: Any, history: Any, members: Members | None, on_chunk: Any,
+            stop: StopOnSignal, checkpoints: Any, say: Callable[..., None]) -> int:
+    """A run trained to its end: the final line, then (process 0) the curve and, in a
+    population, the summary; ``INTERRUPTED`` where a signal came meanwhile, after what was
+    being written is whole (a single run's curve left unwritten: ``resume`` draws it)."""
+    if on_chunk is not None:
+        on_chunk.close()  # the progress bar ends before the line below
     say(f"trained to {int(np.nanmax(history.final['env_steps'])):,} steps; "
         f"final mean episode return {float(np.nanmean(history.last('episode_return'))):.2f}")
-    if main_process:
-        title = f"{args.recipe} on {args.env}"
-        if members is None:
-            curve = run_dir.plot(title)
-        else:
-            curve = _write_population_report(run_dir, history, members, title, on_chunk.failures)
-        print(f"wrote {run_dir.path / 'config.json'}, {run_dir.path / 'metrics.csv'}, {curve}, "
-              f"{run_dir.path / 'tensorboard'}, {run_dir.checkpoints}")
+    if on_chunk is None:
+        return 0
+    if stop.requested and members is None:
+        say(f"interrupted before writing the learning curve; the run is complete and checkpointed in "
+            f"{checkpoints.directory}. To draw the curve: jaxrl-frag resume {run_dir.path}", file=sys.stderr)
+        return INTERRUPTED
+    title = f"{args.recipe} on {args.env}"
+    if members is None:
+        curve = run_dir.plot(title)
+    else:
+        curve = _write_population_report(run_dir, history, members, title, on_chunk.failures)
+    print(f"wrote {run_dir.path / 'config.json'}, {run_dir.path / 'metrics.csv'}, {curve}, "
+          f"{run_dir.path / 'tensorboard'}, {run_dir.checkpoints}")
+    if stop.requested:
+        say("interrupted; the run is complete and every file written", file=sys.stderr)
+        return INTERRUPTED
     return 0
 
 
@@ -327,8 +345,10 @@ def _write_population_report(run_dir: Any, history: Any, members: Members,
     the members that failed (left out of it) below it, and the learning curves with 95%
     intervals; returns the plot's path."""
     import csv
+    import io
 
     from jaxrl_frag import plots, summary
+    from jaxrl_frag.rundir import write_atomically
 
     rows = summary.by_setting(history.last("episode_return"), members, [failure.member for failure in failures])
     notes = "".join(f"\n- {failure}: left out of the statistics above" for failure in failures)
@@ -336,16 +356,16 @@ def _write_population_report(run_dir: Any, history: Any, members: Members,
     print(table)
     best = {k: v for k, v in rows[0].items() if k in members[0][0]}
     print(f"best setting: {best or 'all members share one setting'} (mean final return {rows[0]['mean_return']:.2f})")
-    (run_dir.path / "summary.md").write_text(table + "\n")
-    with open(run_dir.path / "summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, [k for k in rows[0] if k != "members"], extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
+    write_atomically(run_dir.path / "summary.md", table + "\n")
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, [k for k in rows[0] if k != "members"], extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomically(run_dir.path / "summary.csv", text.getvalue())
     groups = [(", ".join(f"{k}={v:g}" for k, v in row.items() if k in members[0][0]) or "all seeds",
                row["members"]) for row in rows]
-    curve = run_dir.path / "learning_curve.png"
-    plots.population_curves(history["env_steps"], history["episode_return"], groups, title).savefig(curve, dpi=120)
-    return curve
+    figure = plots.population_curves(history["env_steps"], history["episode_return"], groups, title)
+    return plots.save(figure, run_dir.path / "learning_curve.png")
 
 
 def _quiet(*_: Any, **__: Any) -> None:
