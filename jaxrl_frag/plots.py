@@ -4,7 +4,6 @@ backend is chosen or changed (a notebook's inline plots keep working)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -47,14 +46,6 @@ def learning_curve(metrics: Mapping[str, Sequence[float]], title: str) -> Figure
         ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
-
-
-def save(figure: Figure, path: str | Path, dpi: int = 120) -> Path:
-    """Write ``figure`` to ``path`` (its suffix chooses the format) whole, or not at all
-    (``rundir.write_atomically``: ``WriteError`` naming ``path``); returns ``path``."""
-    from jaxrl_frag.rundir import write_atomically
-
-    return write_atomically(path, lambda tmp: figure.savefig(tmp, dpi=dpi))
 
 
 def population_curves(env_steps: Sequence[float], returns: np.ndarray, groups: Sequence[tuple[str, Sequence[int]]],

@@ -336,9 +336,10 @@ class RunDir:
 
     def plot(self, title: str) -> Path:
         """Draw ``metrics.csv`` into ``learning_curve.png`` (whole, or the earlier one kept); returns its path."""
-        from jaxrl_frag.plots import learning_curve, save
+        from jaxrl_frag.plots import learning_curve
 
-        return save(learning_curve(self.read_metrics(), title), self.path / CURVE)
+        figure = learning_curve(self.read_metrics(), title)
+        return write_atomically(self.path / CURVE, lambda tmp: figure.savefig(tmp, dpi=120))
 
     def curve_problem(self) -> str | None:
         """What is wrong with ``learning_curve.png`` (``"is missing"``, ``"is damaged"``, ...), or

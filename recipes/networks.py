@@ -85,8 +85,8 @@ def orthogonal(scale: float) -> Callable[..., jax.Array]:
     """flax's orthogonal initialiser, but under ``vmap`` (a population's members, a network
     per agent) one QR factorisation per matrix, in a loop, rather than one batched call:
     jaxlib 0.10's CPU LAPACK kernels spread a batch over the thread pool that also runs
-    every device's program and wait for it, so a batched call in each of as many device
-    programs as the pool has threads waits forever. The values are the same."""
+    the compiled programs, and wait for it, so a batched call in as many programs running
+    at once as the pool has threads waits forever. The values are the same."""
     init = nn.initializers.orthogonal(scale)
 
     def initializer(key: jax.Array, shape: Sequence[int], dtype: jnp.dtype = jnp.float32) -> jax.Array:

@@ -37,5 +37,6 @@ def running(what: str, value: object) -> list[str]:
 
     return [name for name, cls in POLICIES.items() if fits(cls)]
 
+
 __all__ = ["POLICIES", "POPULATIONS", "ActorLearner", "DataParallel", "Policy", "PopulationParallel", "Shared", "SingleDevice",
            "make_mesh", "running", "runs"]

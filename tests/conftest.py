@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,16 +48,34 @@ SLOW_MODULES = ("test_multiprocess.py", "test_packaging.py", "test_plugins.py", 
 FIRST_MODULES = ("test_host_envs.py", "test_matrix.py")
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    if hasattr(session.config, "workerinput"):  # a pytest-xdist worker: the controller has pruned
-        return
-    entries = sorted((p.stat().st_mtime, p.stat().st_size, p) for p in Path(CACHE_DIR).glob("*") if p.is_file())
+def prune(cache: Path, max_bytes: int) -> None:
+    """Remove the oldest files of the compilation cache ``cache`` until it holds at most ``max_bytes``."""
+    entries = sorted((p.stat().st_mtime, p.stat().st_size, p) for p in cache.glob("*") if p.is_file())
     total = sum(size for _, size, _ in entries)
     for _, size, path in entries:
-        if total <= CACHE_BYTES:
+        if total <= max_bytes:
             break
         path.unlink(missing_ok=True)
         total -= size
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput"):  # a pytest-xdist worker: the controller has pruned
+        return
+    prune(Path(CACHE_DIR), CACHE_BYTES)
+
+
+@pytest.fixture
+def run(finished: Path, tmp_path: Path) -> Path:
+    """A copy of the module's ``finished`` run, to change."""
+    copy = tmp_path / "run"
+    shutil.copytree(finished, copy)
+    return copy
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` with its bytes (folders as ``<dir>``), to compare before and after."""
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>" for p in sorted(root.rglob("*"))}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -110,6 +110,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
+@pytest.mark.long  # with its uninterrupted run, about three minutes on two cores
 @pytest.mark.parametrize("call", ["computing", "never returning"])
 def test_ctrl_c_inside_a_call_ends_within_seconds_and_resumes_to_the_uninterrupted_run(
         uninterrupted: Path, tmp_path: Path, call: str) -> None:

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import prune
 
 pytestmark = pytest.mark.slow  # real processes, one per command: minutes
 
@@ -209,16 +210,6 @@ def check_quoted(text: str, output: str) -> str | None:
     return None
 
 
-def _prune(cache: Path) -> None:
-    entries = sorted((p.stat().st_mtime, p.stat().st_size, p) for p in cache.glob("*") if p.is_file())
-    total = sum(size for _, size, _ in entries)
-    for _, size, path in entries:
-        if total <= CACHE_BYTES:
-            break
-        path.unlink(missing_ok=True)
-        total -= size
-
-
 def _suite_cache() -> Path:
     """This test's compilation cache, beside the suite's (tests/conftest.py)."""
     suite = os.environ.get("JAXRL_FRAG_CACHE_DIR")
@@ -239,7 +230,7 @@ def run_documents(documents: tuple[Path, ...], tmp: Path, long: bool = False, ca
     marked LONG with ``long``, else those not marked; returns what became of each command and the failures."""
     cache = _suite_cache() if cache is None else cache
     cache.mkdir(parents=True, exist_ok=True)
-    _prune(cache)
+    prune(cache, CACHE_BYTES)
     home = tmp / "home"
     (home / ".cache" / "jaxrl_frag").mkdir(parents=True, exist_ok=True)
     (home / "tmp").mkdir(exist_ok=True)

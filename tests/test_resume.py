@@ -198,3 +198,39 @@ def test_ctrl_c_before_training_starts_exits_130_writing_nothing(tmp_path: Path)
     status, _, err = _finish(proc)
     assert status == 130 and "interrupted" in err and "Traceback" not in err, err
     assert not run_dir.exists()
+
+
+def test_sigterm_after_training_ends_130_saying_so_and_resume_draws_the_curve(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-u", str(WORKER), "none", "0", "--", "train", "ppo", "--env", "CartPole-v1",
+                             "--num-envs", "4", "--num-steps", "8", "--total-steps", "256", "--run-dir", str(run_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("trained to"):
+            break
+    proc.send_signal(signal.SIGTERM)  # while the curve is drawn, or just before
+    status, _, err = _finish(proc)
+    assert status == 130 and "SIGTERM received" in err and "Traceback" not in err, err
+    assert "interrupted" in err
+    status, out, err = _finish(_worker("none", 0, "resume", str(run_dir)))
+    assert status == 0 and ("learning_curve.png" in out + err or "complete" in out), err
+    png = (run_dir / "learning_curve.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and png.endswith(b"IEND\xaeB`\x82")
+
+
+def test_a_second_sigterm_exits_130_at_once(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc, _ = _started([*WHOLE, "--run-dir", str(run_dir)])
+    time.sleep(2.0)  # training
+    proc.send_signal(signal.SIGTERM)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "SIGTERM received" in line:
+            break
+    signalled = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    status, _, err = _finish(proc)
+    assert status == 130 and time.monotonic() - signalled < 3.0, err
+    assert f"second SIGTERM: exiting now; the newest complete checkpoint is kept. Resume with: jaxrl-frag resume " \
+           f"{run_dir}" in err and "Traceback" not in err

@@ -23,6 +23,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from conftest import snapshot
 from saved_state import read_state
 
 from jaxrl_frag.cli import main
@@ -42,17 +43,6 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("run_dir") / "finished"
     assert main([*TRAIN, "--run-dir", str(run)]) == 0
     return run
-
-
-@pytest.fixture
-def run(finished: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(finished, copy)
-    return copy
-
-
-def _snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>" for p in sorted(root.rglob("*"))}
 
 
 def _rows(run: Path, *, sps: bool = True) -> list[dict[str, str]]:
@@ -309,7 +299,7 @@ def test_run_directory_faults(fault: Fault, finished: Path, run: Path, tmp_path:
     with contextlib.ExitStack() as stack:
         values = {"run": str(run), "cwd": str(cwd), **(fault.setup(run, cwd, stack) or {})}
         capsys.readouterr()
-        before, rows = _snapshot(tmp_path), (run / "metrics.csv").read_bytes() if (run / "metrics.csv").is_file() else None
+        before, rows = snapshot(tmp_path), (run / "metrics.csv").read_bytes() if (run / "metrics.csv").is_file() else None
         status, out, err = _cli(capsys, [a.format(**values) for a in fault.argv])
     assert status == fault.status, err
     for text in fault.says:
@@ -318,7 +308,7 @@ def test_run_directory_faults(fault: Fault, finished: Path, run: Path, tmp_path:
     if status:
         assert len(err.strip().splitlines()) <= 4 and "error:" in err.strip().splitlines()[-1], err
     if fault.unchanged == "all":
-        assert _snapshot(tmp_path) == before
+        assert snapshot(tmp_path) == before
     elif fault.unchanged == "rows":
         assert (run / "metrics.csv").read_bytes() == rows
     if fault.then is not None:

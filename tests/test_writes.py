@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from conftest import snapshot
 
 from jaxrl_frag.cli import main
 
@@ -39,17 +40,6 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("writes") / "finished"
     assert main([*TRAIN, "--run-dir", str(run)]) == 0
     return run
-
-
-@pytest.fixture
-def run(finished: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(finished, copy)
-    return copy
-
-
-def _snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>" for p in sorted(root.rglob("*"))}
 
 
 def _cli(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
@@ -99,12 +89,12 @@ def test_overwrite_refuses_a_users_file_at_any_depth(run: Path, tmp_path: Path, 
         (target / "a.jpg").write_bytes(b"a user's photo")
     else:
         target.write_text("a user's notes\n")
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     status, _, err = _cli(capsys, [*TRAIN, "--run-dir", str(run), "--overwrite"])
     assert status == 2, err
     _one_error(err)
     assert f"holds a run and also {where}" in err and "move that elsewhere first" in err, err
-    assert _snapshot(tmp_path) == before  # nothing deleted
+    assert snapshot(tmp_path) == before  # nothing deleted
 
 
 def test_overwrite_replaces_only_a_runs_own_tree(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -138,12 +128,12 @@ def test_a_path_too_long_for_the_file_system_is_refused(argv: list[str], run: Pa
                                                         monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     status, _, err = _cli(capsys, [a.format(tmp=tmp_path, run=run) for a in argv])
     assert status == 2, err
     _one_error(err)
     assert "is too long for the file system (File name too long" in err and "give a shorter path" in err, err
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 @pytest.mark.parametrize("argv", [["resume", "{run}"], [*TRAIN, "--run-dir", "{run}", "--overwrite"],
@@ -153,12 +143,12 @@ def test_run_lock_as_a_directory_is_refused_and_nothing_deleted(argv: list[str],
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     (run / "run.lock").mkdir()
     (run / "run.lock" / "keep.txt").write_text("a user's file\n")
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     status, _, err = _cli(capsys, [a.format(run=run) for a in argv])
     assert status == 2, err
     _one_error(err)
     assert "holds run.lock as a directory" in err and f"({run / 'run.lock'})" in err, err
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 @contextlib.contextmanager
@@ -188,13 +178,13 @@ def test_evaluate_refuses_what_cannot_be_written(target: list[str], says: str, r
     (tmp_path / "folder.gif").mkdir()
     with contextlib.ExitStack() as stack:
         where = run if target else stack.enter_context(_read_only_copy(run, tmp_path))
-        before = _snapshot(where)
+        before = snapshot(where)
         status, _, err = _cli(capsys, ["evaluate", str(where), "--episodes", "2",
                                        *(a.format(tmp=tmp_path) for a in target)])
         assert status == 2, err
         _one_error(err)
         assert says in err, err
-        assert _snapshot(where) == before  # no eval.csv, nothing else
+        assert snapshot(where) == before  # no eval.csv, nothing else
 
 
 @pytest.mark.parametrize("draw", ["/proc/graph.png", "{tmp}/notes.txt/graph.png", "{tmp}/folder.png"],

@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"jaxrl-frag: error: {error}", file=sys.stderr)
         return USAGE_ERROR
-    except KeyboardInterrupt:  # outside training (``StopOnSignal`` handles SIGINT during it)
+    except KeyboardInterrupt:  # SIGINT or SIGTERM outside training (``StopOnSignal`` handles them during it)
         print("jaxrl-frag: interrupted", file=sys.stderr)
         return INTERRUPTED
 

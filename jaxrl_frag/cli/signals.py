@@ -1,5 +1,5 @@
-"""Signals: SIGINT outside training ends a command with ``INTERRUPTED``; during training,
-SIGINT and SIGTERM stop the run after its current call, with a checkpoint."""
+"""Signals: SIGINT or SIGTERM outside training ends a command with ``INTERRUPTED``; during
+training, either stops the run after its current call, with a checkpoint."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from jaxrl_frag.errors import INTERRUPTED
 
 
 class Interrupt:
-    """SIGINT outside training ends the command with ``INTERRUPTED``. Python drops a
+    """SIGINT (Ctrl-C) or SIGTERM outside training ends the command with ``INTERRUPTED``. Python drops a
     ``KeyboardInterrupt`` raised inside a garbage-collector callback or a finaliser (jax
     runs some), reporting it as "unraisable" with a traceback, so the signal is also
     recorded, the report left out, and ``raise_if_received`` raises it again where the
@@ -26,12 +26,13 @@ class Interrupt:
     @classmethod
     @contextlib.contextmanager
     def handled(cls) -> Iterator[None]:
-        """SIGINT handled so for the duration (in the main thread; elsewhere as it was)."""
+        """SIGINT and SIGTERM handled so for the duration (in the main thread; elsewhere as it was)."""
         cls.received = False
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        previous, report = signal.signal(signal.SIGINT, cls._handle), sys.unraisablehook
+        previous = {signum: signal.signal(signum, cls._handle) for signum in (signal.SIGINT, signal.SIGTERM)}
+        report = sys.unraisablehook
 
         def unraisable(failure: Any) -> None:
             if not isinstance(failure.exc_value, KeyboardInterrupt):
@@ -41,7 +42,8 @@ class Interrupt:
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             sys.unraisablehook = report
 
     @classmethod

@@ -365,7 +365,7 @@ def _write_population_report(run_dir: Any, history: Any, members: Members,
     groups = [(", ".join(f"{k}={v:g}" for k, v in row.items() if k in members[0][0]) or "all seeds",
                row["members"]) for row in rows]
     figure = plots.population_curves(history["env_steps"], history["episode_return"], groups, title)
-    return plots.save(figure, run_dir.path / "learning_curve.png")
+    return write_atomically(run_dir.path / "learning_curve.png", lambda tmp: figure.savefig(tmp, dpi=120))
 
 
 def _quiet(*_: Any, **__: Any) -> None:
