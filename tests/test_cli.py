@@ -223,7 +223,7 @@ def test_flags_are_generated_for_every_supported_field_type(capsys: pytest.Captu
 
     parser, made = _flag_parser(Settings)
     assert "internal" not in made and made["style"].option == "--look"
-    args = parser.parse_args(["--count", "5e3", "--rate=-1e-3", "--name", "y", "--no-on", "--widths", "32, 16,",
+    args = parser.parse_args(["--count", "5e3", "--rate=-1e-3", "--name", "y", "--no-on", "--widths", "32, 16",
                               "--scales", "0.5,2", "--words", "p,q", "--bounds=-2,2", "--mode", "exact", "--level", "3",
                               "--torso", "CNN", "--clip", "0.1", "--limit", "none", "--look", "fancy"])
     assert (args.count, args.rate, args.name, args.on) == (5000, -1e-3, "y", False)
