@@ -122,7 +122,7 @@ def test_resume_with_changed_settings_is_refused(uninterrupted: Path, capsys: py
     assert "lr: 0.00025 -> 0.001" in err and "total_steps: 102400 -> 200000" in err
     assert "--override (total_steps=...)" in err
     assert main(["resume", str(uninterrupted), "--override", "lr=1e-3"]) == 2
-    assert "lr cannot change in a resumed run" in capsys.readouterr().err
+    assert "'lr' cannot change in a resumed run" in capsys.readouterr().err
     assert before == {p: p.read_bytes() for p in uninterrupted.rglob("*") if p.is_file()}
 
 

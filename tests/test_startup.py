@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # real processes meeting, or failing to meet, at a coordinator
+
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = str(ROOT / "launch" / "local.sh")
 SCRIPT = str(Path(sys.executable).parent / "jaxrl-frag")

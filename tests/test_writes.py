@@ -26,6 +26,8 @@ from conftest import snapshot
 
 from jaxrl_frag.cli import main
 
+pytestmark = pytest.mark.slow  # real runs and CLI processes under resource limits
+
 TINY = ["--num-envs", "4", "--num-steps", "8", "--total-steps", "64", "--chunk-iterations", "1"]
 TRAIN = ["train", "ppo", "--env", "CartPole-v1", *TINY]
 CLI = [sys.executable, "-c", "import sys; from jaxrl_frag.cli import main; sys.exit(main())"]
