@@ -26,8 +26,8 @@ BROKEN = {"broken_plugin-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: 
           "broken_plugin-0.1.dist-info/entry_points.txt": "[jaxrl_frag.recipes]\nbroken = not_a_module.anywhere:Algo\n\n"
                                                          "[jaxrl_frag.envs]\nBroken-v0 = not_a_module.anywhere:make\n"}
 # 16 iterations of 8 x 16 steps, a row every 4
-TRAIN = ["train", "reinforce", "--env", "chain:5", "--num-envs", "8", "--num-steps", "16", "--total-steps", "2048",
-         "--chunk-iterations", "4"]
+SIZE = ["--num-envs", "8", "--num-steps", "16", "--total-steps", "2048", "--chunk-iterations", "4"]
+TRAIN = ["train", "reinforce", "--env", "chain:5", *SIZE]
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def installed(site: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_a_plugin_recipes_generated_flags_refuse_bad_values(installed: None, argv: list[str], expected: list[str],
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     try:
-        status = main([*TRAIN, *argv])
+        status = main(["train", "reinforce", *([] if "--env" in argv else ["--env", "chain:5"]), *argv, *SIZE])
     except SystemExit as exit_:
         status = exit_.code
     err = capsys.readouterr().err

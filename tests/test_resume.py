@@ -117,7 +117,9 @@ def test_resume_with_changed_settings_is_refused(uninterrupted: Path, capsys: py
     from jaxrl_frag.cli import main
 
     before = {p: p.read_bytes() for p in uninterrupted.rglob("*") if p.is_file()}
-    assert main([*TRAIN, "--run-dir", str(uninterrupted), "--resume", "--lr", "1e-3", "--total-steps", "2e5"]) == 2
+    changed = list(TRAIN)
+    changed[TRAIN.index("--total-steps") + 1] = "2e5"
+    assert main([*changed, "--run-dir", str(uninterrupted), "--resume", "--lr", "1e-3"]) == 2
     err = capsys.readouterr().err
     assert "lr: 0.00025 -> 0.001" in err and "total_steps: 102400 -> 200000" in err
     assert "--override (total_steps=...)" in err

@@ -24,10 +24,12 @@ import argparse
 import dataclasses
 import decimal
 import enum
+import itertools
 import re
+import sys
 import types
 import typing
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 from jaxrl_frag.errors import USAGE_ERROR
@@ -35,6 +37,9 @@ from jaxrl_frag.errors import USAGE_ERROR
 # a negative number in any form ``float`` reads (-3, -1e-3, -.5, -inf) is a flag's value, not a flag: the
 # matcher of recent Pythons (older ones miss exponents), and the words for infinity and nan
 _NEGATIVE_NUMBER = re.compile(r"-\.?\d|-(inf|infinity|nan)$", re.IGNORECASE)
+# the actions a flag may repeat: each gathers every value (or, for help and version, acts on the first)
+_GATHERING = (argparse._AppendAction, argparse._AppendConstAction, argparse._CountAction, argparse._HelpAction,
+              argparse._VersionAction)
 
 
 class Parser(argparse.ArgumentParser):
@@ -48,6 +53,25 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = _NEGATIVE_NUMBER
         self.elsewhere: dict[str, str] = {}  # flags the command lacks -> where they are, said when one is given
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+        """argparse's, refusing a setting given twice first (argparse keeps the last and
+        drops the other): ``--num-envs 4 --num-envs 8``, ``--x --no-x``. Repeatable flags
+        (``--sweep``, ``--override``) gather every value, as they say."""
+        args = sys.argv[1:] if args is None else list(args)
+        first: dict[str, str] = {}
+        tokens = list(itertools.takewhile(lambda token: token != "--", args))
+        for token, following in itertools.pairwise([*tokens, ""]):
+            option = token.split("=", 1)[0]
+            action = self._option_string_actions.get(option)
+            if action is None or isinstance(action, _GATHERING):
+                continue
+            written = token if "=" in token or action.nargs == 0 else f"{token} {following}".rstrip()
+            if action.dest in first:
+                self.error(f"'{written}' given after '{first[action.dest]}': a setting takes one value "
+                           f"(one of the two would be dropped); give it once")
+            first[action.dest] = written
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> typing.NoReturn:
         unknown = message.removeprefix("unrecognized arguments: ").split()
