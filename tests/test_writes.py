@@ -2,8 +2,8 @@
 meets them: ``--overwrite`` of a run holding a user's file at any depth, paths too long
 for the file system, ``run.lock`` as a directory, ``evaluate``/``explain`` writing onto
 what cannot take a file, a write failing half-way (a file-size limit, ``RLIMIT_FSIZE``, in
-a subprocess: EFBIG, a real fault), a finished run's damaged learning curve restored by
-``resume``, and too few file descriptors (``RLIMIT_NOFILE``).
+a subprocess: EFBIG, a real fault), a finished run's damaged learning curve (a population's
+too) restored by ``resume``, and too few file descriptors (``RLIMIT_NOFILE``).
 
 Tests run as root, so a chmod-based read-only directory does not refuse anything: the
 unwritable places here are a path under /proc, a path whose parent is a regular file, a
@@ -252,6 +252,23 @@ def test_resume_restores_a_finished_runs_missing_curve(run: Path, capsys: pytest
     assert status == 0, err
     assert "is complete" in out and f"learning_curve.png is missing: rewrote {run / 'learning_curve.png'}" in out
     assert (run / "learning_curve.png").read_bytes().endswith(PNG_END)
+
+
+def test_resume_restores_a_finished_populations_curve_and_summary(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A population's curve is drawn from every member's rows (its checkpoint's): the
+    summary comes with it, as the run first wrote them."""
+    run = tmp_path / "population"
+    status, out, err = _cli(capsys, [*TRAIN, "--seeds", "2", "--policy", "population", "--devices", "2", "--run-dir", str(run)])
+    assert status == 0, err
+    summary = (run / "summary.md").read_text()
+    (run / "learning_curve.png").unlink()
+    (run / "summary.md").unlink()
+    status, out, err = _cli(capsys, ["resume", str(run)])
+    assert status == 0, err
+    assert "is complete" in out and f"learning_curve.png is missing: rewrote {run / 'learning_curve.png'}" in out
+    assert (run / "learning_curve.png").read_bytes().endswith(PNG_END)
+    assert (run / "summary.md").read_text() == summary
 
 
 def test_too_few_file_descriptors_end_with_one_message(tmp_path: Path) -> None:

@@ -47,31 +47,7 @@ def resume(args: argparse.Namespace) -> int:
     changed = changed_settings(saved, config, (*RUNTIME_KEYS, *overrides), setting_defaults(algo))
     check(not changed, "config", ", ".join(changed.values()),
           "the saved settings no longer build the same run (was the recipe's code changed?); start a new run")
-    status = run(train_args, run_dir, algo, members, config, restart=args.restart)
-    if status == 0 and members is None and is_main_process():
-        return restore_curve(run_dir, algo, f"{train_args.recipe} on {train_args.env}")
-    return status
-
-
-def restore_curve(run_dir: Any, algo: Any, title: str) -> int:
-    """Draw ``learning_curve.png`` of the finished run in ``run_dir`` again where it is missing
-    or damaged, saying so (holding the run's lock); the exit status: ``WRITE_FAILED`` where
-    that write fails, else 0. A run not finished (its rows end before ``algo``'s last
-    iteration) is left as it is."""
-    from jaxrl_frag.rundir import CURVE, report_write_failure
-
-    last, rows_problem = run_dir.inspect_metrics()
-    problem = run_dir.curve_problem()
-    if problem is None or rows_problem is not None or last < algo.num_iterations:
-        return 0
-    try:
-        with run_dir:
-            run_dir.lock()
-            path = run_dir.plot(title)
-    except OSError as error:
-        return report_write_failure(error, run_dir.path, "; the run itself is complete, its checkpoints intact")
-    print(f"{CURVE} {problem}: rewrote {path}")
-    return 0
+    return run(train_args, run_dir, algo, members, config, restart=args.restart)
 
 
 def saved_train_args(run_dir: Any, saved: dict[str, Any], overrides: dict[str, Any]) -> argparse.Namespace:

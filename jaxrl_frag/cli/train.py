@@ -192,11 +192,11 @@ def _run_locked(args: argparse.Namespace, run_dir: Any, algo: Any, members: Memb
                 say(note)
         if finished:
             say(f"the run in {run_dir.path} is complete: its budget is spent ({done} iterations)")
-            return 0
+            return _redraw_curve(args, run_dir, start, members, algo) if main_process else 0
         if done == algo.num_iterations:
             say(f"the run in {run_dir.path} is complete ({done} iterations); to train on, resume it with "
                 f"--override total_steps=N (N > {done * algo.steps_per_iteration})")
-            return 0
+            return _redraw_curve(args, run_dir, start, members, algo) if main_process else 0
         if main_process:
             run_dir.write_config(config)
             run_dir.open_log(purge_step=done * algo.steps_per_iteration + 1)
@@ -256,6 +256,29 @@ def _finish(args: argparse.Namespace, run_dir: Any, history: Any, members: Membe
     if stop.requested:
         say("interrupted; the run is complete and every file written", file=sys.stderr)
         return INTERRUPTED
+    return 0
+
+
+def _redraw_curve(args: argparse.Namespace, run_dir: Any, start: Any, members: Members | None, algo: Any) -> int:
+    """A complete run's learning curve (in a population, with its summary) drawn again
+    from the rows of its last checkpoint, ``start``, where the curve is missing or damaged,
+    saying so; the exit status: ``WRITE_FAILED`` where that write fails, else 0."""
+    from jaxrl_frag.program import History
+    from jaxrl_frag.rundir import CURVE, report_write_failure
+
+    problem = run_dir.curve_problem()
+    if problem is None:
+        return 0
+    title = f"{args.recipe} on {args.env}"
+    try:
+        if members is None:
+            curve = run_dir.plot(title)  # from metrics.csv, which the checkpoint's rows have made whole
+        else:
+            history = History(start.meta["rows"], start.state, start.iteration)
+            curve = _write_population_report(run_dir, history, members, title, algo.failures(history.rows))
+    except OSError as error:
+        return report_write_failure(error, run_dir.path, "; the run itself is complete, its checkpoints intact")
+    print(f"{CURVE} {problem}: rewrote {curve}")
     return 0
 
 
