@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from jaxrl_frag.collectives import summary
 from jaxrl_frag.errors import check
 from jaxrl_frag.graph import format_bytes
+from jaxrl_frag.writes import write_atomically
 
 if TYPE_CHECKING:
     from jaxrl_frag.explanation import Explanation
@@ -54,26 +55,27 @@ class _Picture:
 
 
 def draw(explanation: Explanation, path: str | Path) -> Path:
-    """Write the picture of ``explanation``'s graph to ``path``; its suffix chooses the
-    format (``FORMATS``). Returns the path written. A failed write raises ``OSError``
-    (``jaxrl-frag explain --draw`` writes through ``rundir.write_atomically``, whole or not at all)."""
+    """Write the picture of ``explanation``'s graph to ``path``, whole or not at all
+    (``writes.write_atomically``: a failure raises ``WriteError`` naming ``path``, the
+    earlier file there as it was); its suffix chooses the format (``FORMATS``). Returns
+    the path written."""
     path = check_path(path)
     if path.suffix == ".txt":
-        path.write_text(str(explanation) + "\n")
-        return path
+        return write_atomically(path, str(explanation) + "\n")
     picture = _picture(explanation)
     source = _dot(picture)
     if path.suffix == ".dot":
-        path.write_text(source)
-    elif shutil.which("dot"):
-        done = subprocess.run(["dot", f"-T{path.suffix[1:]}", "-o", str(path)], input=source.encode(),
-                              capture_output=True)
+        return write_atomically(path, source)
+    if not shutil.which("dot"):
+        return write_atomically(path, lambda tmp: _matplotlib(picture, explanation.placement, tmp))
+
+    def graphviz(tmp: Path) -> None:
+        done = subprocess.run(["dot", f"-T{path.suffix[1:]}", "-o", str(tmp)], input=source.encode(), capture_output=True)
         if done.returncode != 0:
             said = done.stderr.decode(errors="replace").strip().splitlines()
             raise OSError(errno.EIO, f"Graphviz's dot failed: {said[-1] if said else done.returncode}", str(path))
-    else:
-        _matplotlib(picture, explanation.placement, path)
-    return path
+
+    return write_atomically(path, graphviz)
 
 
 def check_path(path: str | Path) -> Path:

@@ -276,8 +276,8 @@ def export_policy(run_dir: str | Path, path: str | Path, greedy: bool = True, me
 
     Args:
         run_dir: A run directory that ``jaxrl-frag train`` wrote.
-        path: The file to write, whole (``rundir.write_atomically``): an existing one is
-            replaced, or kept as it was where the write fails (``rundir.WriteError``,
+        path: The file to write, whole (``writes.write_atomically``): an existing one is
+            replaced, or kept as it was where the write fails (``writes.WriteError``,
             naming ``path`` and the cause).
         greedy: The deterministic action, or a draw from the policy (module docstring).
         member: A population's member (default 0).
@@ -309,6 +309,6 @@ def export_policy(run_dir: str | Path, path: str | Path, greedy: bool = True, me
             obs, memory, key)
     else:
         exported = jax.export.export(jax.jit(lambda obs, key: acting.act(observation(obs), (), key)[0]))(obs, key)
-    from jaxrl_frag.rundir import write_atomically
+    from jaxrl_frag.writes import write_atomically
 
     return write_atomically(path, exported.serialize())

@@ -23,11 +23,12 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from jaxrl_frag.errors import WRITE_FAILED, ConfigError
+from jaxrl_frag.writes import WriteError, write_atomically
 
 CONFIG, METRICS, CURVE, CHECKPOINTS, TENSORBOARD, LOCK, EVAL = (
     "config.json", "metrics.csv", "learning_curve.png", "checkpoints", "tensorboard", "run.lock", "eval.csv")
@@ -66,11 +67,6 @@ _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS,
 # what a cause adds to its strerror, where the fix is not room or permission
 _HINTS = {errno.EMFILE: "; raise the limit of open files, `ulimit -n 4096`",
           errno.ENFILE: "; the system's table of open files is full: close other programs"}
-
-
-class WriteError(OSError):
-    """A file that could not be written (``write_atomically``): ``filename`` names it, not
-    its temporary; ``strerror`` is the cause."""
 
 
 class RunDir:
@@ -551,29 +547,6 @@ def _append(path: Path, text: str) -> None:
             raise
     finally:
         os.close(fd)
-
-
-def write_atomically(path: str | Path, content: str | bytes | Callable[[Path], object]) -> Path:
-    """Replace ``path`` by ``content`` whole: text, bytes, or what ``content(tmp)`` writes to
-    ``tmp``, a temporary file beside ``path`` with its suffix (``NAME.tmp.png``), which then
-    replaces ``path`` (``os.replace``). A failed write leaves the earlier file as it was and
-    no temporary one, and raises ``WriteError`` naming ``path`` and the cause. Returns ``path``."""
-    path = Path(path)
-    tmp = path.with_name(f"{path.stem}.tmp{path.suffix}")
-    try:
-        if callable(content):
-            content(tmp)
-        else:
-            with open(tmp, "wb") as f:
-                f.write(content.encode() if isinstance(content, str) else content)
-        os.replace(tmp, path)
-    except BaseException as error:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        if isinstance(error, OSError):
-            raise WriteError(error.errno, error.strerror or str(error), str(path)) from error
-        raise
-    return path
 
 
 def report_write_failure(error: BaseException, where: Path, after: str = "") -> int:

@@ -16,7 +16,8 @@ from PIL import Image, ImageDraw
 
 from jaxrl_frag.errors import check
 from jaxrl_frag.evaluation import Trained, record_episode
-from jaxrl_frag.rundir import check_output, write_atomically
+from jaxrl_frag.rundir import check_output
+from jaxrl_frag.writes import write_atomically
 
 SIZE = (400, 240)  # frame width and height in pixels
 INK, CART, POLE = (40, 40, 40), (60, 110, 180), (200, 120, 50)

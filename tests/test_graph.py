@@ -121,3 +121,9 @@ def test_the_graph_draws_as_dot_source_picture_and_text(cartpole_program: jf.Pro
     with pytest.raises(jf.ConfigError) as err:
         explanation.draw(tmp_path / "g.gif")
     assert err.value.field == "draw" and ".png" in str(err.value)
+    # whole or not at all: a picture that cannot be written (a folder there) leaves what was there, and no temporary
+    (tmp_path / "taken.png").mkdir()
+    with pytest.raises(OSError) as failed:
+        explanation.draw(tmp_path / "taken.png")
+    assert failed.value.filename == str(tmp_path / "taken.png")
+    assert (tmp_path / "taken.png").is_dir() and not list(tmp_path.glob("*.tmp*"))

@@ -20,7 +20,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 def explain(args: argparse.Namespace) -> int:
     import jaxrl_frag as jf
     from jaxrl_frag.drawing import check_path
-    from jaxrl_frag.rundir import check_output, report_write_failure, write_atomically
+    from jaxrl_frag.rundir import check_output, report_write_failure
 
     if args.draw is not None:
         check_output("draw", check_path(args.draw))
@@ -35,8 +35,8 @@ def explain(args: argparse.Namespace) -> int:
     explanation = program.explain()
     print(explanation)
     if args.draw is not None:
-        try:  # through a temporary file with the same suffix, which chooses the format
-            print(f"wrote {write_atomically(args.draw, explanation.draw)}")
+        try:
+            print(f"wrote {explanation.draw(args.draw)}")
         except OSError as error:
             return report_write_failure(error, args.draw, "; the earlier file there, if any, is as it was")
     return 0

@@ -371,7 +371,7 @@ def _write_population_report(run_dir: Any, history: Any, members: Members,
     import io
 
     from jaxrl_frag import plots, summary
-    from jaxrl_frag.rundir import write_atomically
+    from jaxrl_frag.writes import write_atomically
 
     rows = summary.by_setting(history.last("episode_return"), members, [failure.member for failure in failures])
     notes = "".join(f"\n- {failure}: left out of the statistics above" for failure in failures)
