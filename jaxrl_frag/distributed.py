@@ -55,6 +55,7 @@ ENV_JOIN_TIMEOUT = "JAXRL_FRAG_JOIN_TIMEOUT"
 JOIN_TIMEOUT = 300.0  # seconds a process waits for all the others to join, unless told otherwise
 NOTICE_AFTER = 10.0  # seconds of waiting (at most half the join timeout) before a process says what it waits for
 _HELLO = "jaxrl-frag join"  # the rendezvous's greeting: "jaxrl-frag join I N"
+_VERDICT_GRACE = 5.0  # seconds a joined process waits past its own deadline for process 0's word to give up
 
 
 ENV_AUTO = "JAXRL_FRAG_DISTRIBUTED"  # "auto": let jax detect the cluster (TPU pods)
@@ -285,7 +286,8 @@ def _host_rendezvous(join: _Join) -> None:
     heard: dict[socket.socket, bytes] = {}
     try:
         while len(join.joined) < join.n:
-            if join.left() <= 0:
+            if join.left() <= 0:  # every joined process gives up naming the same missing ones
+                _tell(peers, "stop")
                 join.give_up()
             for key, _ in selector.select(timeout=join.tick()):
                 sock = key.fileobj
@@ -387,12 +389,14 @@ def _attend_rendezvous(join: _Join) -> None:
 
 
 def _follow(join: _Join, sock: socket.socket) -> bool:
-    """Read process 0's news until it says go (True) or the connection ends (False)."""
+    """Read process 0's news until it says go (True) or the connection ends (False); give
+    up when it says stop, or ``_VERDICT_GRACE`` seconds past this process's own deadline
+    (process 0's word, when it comes, names what process 0 saw last)."""
     buffer = b""
     while True:
-        if join.left() <= 0:
+        if join.left() <= -_VERDICT_GRACE:
             join.give_up()
-        sock.settimeout(max(join.tick(), 0.05))
+        sock.settimeout(max(join.tick() if join.left() > 0 else join.left() + _VERDICT_GRACE, 0.05))
         try:
             data = sock.recv(4096)
         except TimeoutError:
@@ -407,6 +411,8 @@ def _follow(join: _Join, sock: socket.socket) -> bool:
             word, _, rest = line.decode(errors="replace").partition(" ")
             if word == "go":
                 return True
+            if word == "stop":
+                join.give_up()
             if word == "joined":
                 join.joined = {int(i) for i in rest.split(",") if i.isdigit()}
             elif word == "refuse":
