@@ -16,9 +16,11 @@ it used.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import json
 import logging
+import os
 import shutil
 import sys
 import time
@@ -34,6 +36,7 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from jaxrl_frag.errors import check
+from jaxrl_frag.writes import WriteError
 
 PyTree = Any
 
@@ -90,8 +93,23 @@ class Checkpoints:
                 configuration, the rows of metrics and a chunk in progress).
         """
         meta = {**meta, "iteration": iteration, "fingerprint": fingerprint(state)}
+        if jax.process_index() == 0:
+            self._check_writable()
         self._manager.save(iteration, args=ocp.args.Composite(state=ocp.args.StandardSave(_without_empty(state)),
                                                                meta=ocp.args.JsonSave(meta)))
+
+    def _check_writable(self) -> None:
+        """Raise ``WriteError`` naming the directory unless a step can be made in it: orbax
+        makes the step's folder in a thread of its own, and where that fails, its other
+        threads wait for the folder forever (the process cannot end)."""
+        if os.path.lexists(self.directory) and not self.directory.is_dir():
+            raise WriteError(errno.ENOTDIR, "a file is there, not a folder of checkpoints", str(self.directory))
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise WriteError(error.errno, error.strerror or str(error), str(self.directory)) from error
+        if not os.access(self.directory, os.W_OK | os.X_OK):
+            raise WriteError(errno.EACCES, os.strerror(errno.EACCES), str(self.directory))
 
     def wait(self) -> None:
         """Block until every started save is on disk."""

@@ -90,8 +90,7 @@ class RunDir:
         _check_name("run_dir", self.path)
         if self.path.exists() and not self.path.is_dir():
             raise ConfigError("run_dir", str(self.path), "is a file; give a directory path")
-        if (self.path / LOCK).is_dir() and not (self.path / LOCK).is_symlink():
-            raise self._lock_is_a_directory()
+        self._check_kinds()
         if resume:
             self.read_config()  # it must hold a run
         elif self._holds_files():
@@ -151,11 +150,13 @@ class RunDir:
         write_atomically(self.path / CONFIG, json.dumps(config, indent=2, sort_keys=True, default=str) + "\n")
 
     def read_config(self) -> dict[str, Any]:
-        """The saved configuration; ``ConfigError`` naming config.json unless it is one a run wrote."""
+        """The saved configuration; ``ConfigError`` naming config.json unless it is one a run
+        wrote, or naming what stands where the run keeps its lock or a folder of its own."""
         _check_name("run_dir", self.path)
         if not self.path.is_dir():
             raise ConfigError("run_dir", str(self.path), ("is a file, not a run directory" if self.path.exists()
                                                           else "does not exist") + "; give the directory of an earlier run")
+        self._check_kinds()
         try:
             config = json.loads((self.path / CONFIG).read_bytes())
         except FileNotFoundError:
@@ -420,10 +421,22 @@ class RunDir:
         finally:
             os.close(fd)
 
+    def _check_kinds(self) -> None:
+        """Raise ``ConfigError`` where the run's lock is a directory, or one of its folders
+        (checkpoints, tensorboard) is something else: a run cannot write there."""
+        if (self.path / LOCK).is_dir() and not (self.path / LOCK).is_symlink():
+            raise self._lock_is_a_directory()
+        for name, what in ((CHECKPOINTS, "checkpoints"), (TENSORBOARD, "TensorBoard event files")):
+            path = self.path / name
+            if os.path.lexists(path) and not path.is_dir():
+                raise ConfigError("run_dir", str(self.path),
+                                  f"holds {name} as a file, where a run keeps the folder of its {what}; move that "
+                                  f"file elsewhere ({path}) and run the command again")
+
     def _lock_is_a_directory(self) -> ConfigError:
         return ConfigError("run_dir", str(self.path),
-                           f"holds {LOCK} as a directory, where a run keeps its lock file; remove that directory "
-                           f"({self.path / LOCK}) and run the command again")
+                           f"holds {LOCK} as a directory, where a run keeps its lock file; move that directory "
+                           f"elsewhere ({self.path / LOCK}) and run the command again")
 
     def _in_use(self, holder: str) -> ConfigError:
         return ConfigError("run_dir", str(self.path),

@@ -3,7 +3,9 @@ steps, and stop at the first non-finite iteration with the fragment named."""
 
 from __future__ import annotations
 
+import errno
 import shutil
+import threading
 from pathlib import Path
 
 import jax
@@ -17,6 +19,7 @@ from jaxrl_frag import envs
 from jaxrl_frag.checkpoints import Checkpoints
 from jaxrl_frag.errors import NonFiniteError
 from jaxrl_frag.sharding import DataParallel
+from jaxrl_frag.writes import WriteError
 
 SMALL = dict(num_envs=8, num_steps=16, total_steps=8 * 16 * 12)  # 12 iterations
 
@@ -222,3 +225,17 @@ def test_dqn_with_its_prioritized_replay_buffer_resumes_exactly(tmp_path: Path) 
     for a, b in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(whole.state), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(resumed["loss"], whole["loss"][3:])
+
+
+def test_a_save_where_no_step_can_be_made_raises_naming_the_directory_and_leaves_no_thread(tmp_path: Path) -> None:
+    """orbax makes a step's folder in a thread of its own; where that fails, its other
+    threads wait for the folder forever and the process cannot end."""
+    (tmp_path / "checkpoints").write_text("a user's file\n")
+    checkpoints = Checkpoints(tmp_path / "checkpoints", every=1)
+    before = {t for t in threading.enumerate() if not t.daemon}
+    with pytest.raises(WriteError) as raised:
+        checkpoints.save(1, {"w": jnp.ones(3)}, {})
+    checkpoints.close()
+    assert raised.value.filename == str(tmp_path / "checkpoints") and raised.value.errno == errno.ENOTDIR
+    assert {t for t in threading.enumerate() if not t.daemon} <= before
+    assert (tmp_path / "checkpoints").read_text() == "a user's file\n"

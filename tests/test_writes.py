@@ -1,9 +1,10 @@
 """Files written whole or not at all, and the paths that cannot be written, as a user
 meets them: ``--overwrite`` of a run holding a user's file at any depth, paths too long
-for the file system, ``run.lock`` as a directory, ``evaluate``/``explain`` writing onto
-what cannot take a file, a write failing half-way (a file-size limit, ``RLIMIT_FSIZE``, in
-a subprocess: EFBIG, a real fault), a finished run's damaged learning curve (a population's
-too) restored by ``resume``, and too few file descriptors (``RLIMIT_NOFILE``).
+for the file system, ``run.lock`` as a directory and ``checkpoints``/``tensorboard`` as
+files, ``evaluate``/``explain`` writing onto what cannot take a file, a write failing
+half-way (a file-size limit, ``RLIMIT_FSIZE``, in a subprocess: EFBIG, a real fault), a
+finished run's damaged learning curve (a population's too) restored by ``resume``, and too
+few file descriptors (``RLIMIT_NOFILE``).
 
 Tests run as root, so a chmod-based read-only directory does not refuse anything: the
 unwritable places here are a path under /proc, a path whose parent is a regular file, a
@@ -138,18 +139,45 @@ def test_a_path_too_long_for_the_file_system_is_refused(argv: list[str], run: Pa
     assert snapshot(tmp_path) == before
 
 
-@pytest.mark.parametrize("argv", [["resume", "{run}"], [*TRAIN, "--run-dir", "{run}", "--overwrite"],
-                                  ["train", "ppo", "--env", "CartPole-v1", "--run-dir", "{run}", "--resume", *TINY]],
-                         ids=["resume", "overwrite", "train-resume"])
-def test_run_lock_as_a_directory_is_refused_and_nothing_deleted(argv: list[str], run: Path, tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    (run / "run.lock").mkdir()
-    (run / "run.lock" / "keep.txt").write_text("a user's file\n")
+def _misplace(run: Path, name: str) -> None:
+    """Put a user's thing of the other kind where the run keeps ``name``."""
+    if (run / name).is_dir():
+        shutil.rmtree(run / name)
+        (run / name).write_text("a user's file\n")
+    else:
+        (run / name).unlink(missing_ok=True)
+        (run / name).mkdir()
+        (run / name / "keep.txt").write_text("a user's file\n")
+
+
+@pytest.mark.parametrize(("name", "kind"), [("run.lock", "directory"), ("checkpoints", "file"),
+                                            ("tensorboard", "file")])
+@pytest.mark.parametrize("argv", [["resume", "{run}"], ["resume", "{run}", "--restart"],
+                                  [*TRAIN, "--run-dir", "{run}", "--overwrite"],
+                                  ["train", "ppo", "--env", "CartPole-v1", "--run-dir", "{run}", "--resume", *TINY],
+                                  ["evaluate", "{run}", "--episodes", "1"]],
+                         ids=["resume", "restart", "overwrite", "train-resume", "evaluate"])
+def test_a_run_part_of_the_wrong_kind_is_refused_and_nothing_changed(argv: list[str], name: str, kind: str, run: Path,
+                                                                      tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    _misplace(run, name)
     before = snapshot(tmp_path)
     status, _, err = _cli(capsys, [a.format(run=run) for a in argv])
     assert status == 2, err
     _one_error(err)
-    assert "holds run.lock as a directory" in err and f"({run / 'run.lock'})" in err, err
+    assert f"holds {name} as a {kind}" in err and f"move that {kind} elsewhere ({run / name})" in err, err
+    assert snapshot(tmp_path) == before
+
+
+def test_resume_restart_of_a_run_whose_checkpoints_is_a_file_exits_2_at_once(run: Path, tmp_path: Path) -> None:
+    """As the user met it: the command in its own process, which printed a traceback from
+    orbax's thread and then never ended."""
+    _misplace(run, "checkpoints")
+    before = snapshot(tmp_path)
+    done = subprocess.run([*CLI, "resume", str(run), "--restart"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    _one_error(done.stderr)
+    assert "holds checkpoints as a file" in done.stderr, done.stderr
     assert snapshot(tmp_path) == before
 
 
