@@ -40,8 +40,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 import jaxrl_frag as jf
+from jaxrl_frag.app.summary import bootstrap_ci
 from jaxrl_frag.recipes import PPO
-from jaxrl_frag.summary import bootstrap_ci
 from jaxrl_frag.transforms import Population, boost
 
 STRATEGIES = ("fixed-small", "fixed-large", "nitro", "gns", "random")

@@ -25,8 +25,8 @@ import numpy as np
 from scipy import stats
 
 import jaxrl_frag as jf
+from jaxrl_frag.app.summary import bootstrap_ci
 from jaxrl_frag.recipes import PPO
-from jaxrl_frag.summary import bootstrap_ci
 from jaxrl_frag.transforms import Population
 
 sys.path.insert(0, str(Path(__file__).parent))

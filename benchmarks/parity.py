@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 import jaxrl_frag as jf
-from jaxrl_frag.summary import bootstrap_ci
+from jaxrl_frag.app.summary import bootstrap_ci
 from jaxrl_frag.transforms import Population
 from jaxrl_frag.transforms.evaluated import Evaluated
 

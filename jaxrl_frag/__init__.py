@@ -39,8 +39,8 @@ _EXPORTS = {
     "History": "jaxrl_frag.program",
     "Program": "jaxrl_frag.program",
     "compile": "jaxrl_frag.program",
-    "export_policy": "jaxrl_frag.evaluation",
-    "load_policy": "jaxrl_frag.evaluation",
+    "export_policy": "jaxrl_frag.app.evaluation",
+    "load_policy": "jaxrl_frag.app.evaluation",
 }
 _SUBPACKAGES = ("envs", "primitives", "recipes", "sharding", "transforms")
 
@@ -58,8 +58,8 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:
     from jaxrl_frag import envs, primitives, recipes, sharding, transforms  # noqa: F401
     from jaxrl_frag.algorithms import Algorithm, algorithm, hyperparameter, static_field  # noqa: F401
+    from jaxrl_frag.app.evaluation import export_policy, load_policy  # noqa: F401
     from jaxrl_frag.errors import ConfigError  # noqa: F401
-    from jaxrl_frag.evaluation import export_policy, load_policy  # noqa: F401
     from jaxrl_frag.explanation import Explanation  # noqa: F401
     from jaxrl_frag.fragments import Fragment, fragment  # noqa: F401
     from jaxrl_frag.graph import FragmentGraph  # noqa: F401

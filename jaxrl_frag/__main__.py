@@ -1,5 +1,5 @@
 import sys
 
-from jaxrl_frag.cli import main
+from jaxrl_frag.app.cli import main
 
 sys.exit(main())

@@ -19,16 +19,36 @@ import errno
 import shutil
 import subprocess
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from jaxrl_frag.collectives import summary
+from jaxrl_frag.collectives import Collective, summary
 from jaxrl_frag.errors import check
-from jaxrl_frag.graph import format_bytes
+from jaxrl_frag.graph import FragmentGraph, format_bytes
 from jaxrl_frag.writes import write_atomically
 
-if TYPE_CHECKING:
-    from jaxrl_frag.explanation import Explanation
+
+class Moved(Protocol):
+    """What ``draw`` reads of a transfer between device groups (``explanation.Transfer``)."""
+
+    direction: str
+    name: str
+    nbytes: dict[str, int]
+    carried: bool
+
+
+class Explained(Protocol):
+    """What ``draw`` reads of a program's explanation (``explanation.Explanation``)."""
+
+    graph: FragmentGraph
+    placement: str
+    collectives: Sequence[Collective]
+    transfers: Sequence[Moved]
+    transfer_dtype: str
+    groups: dict[str, str]
+
+    def group_of(self, role: str) -> str | None: ...
 
 ROLE_COLOURS = {"actor": "#b7e4c7", "learner": "#bcd4f6", "buffer": "#fde2a7", "evaluator": "#e9d5f5"}
 OTHER_COLOUR = "#e5e5e5"
@@ -54,7 +74,7 @@ class _Picture:
     arrows: list[_Arrow]
 
 
-def draw(explanation: Explanation, path: str | Path) -> Path:
+def draw(explanation: Explained, path: str | Path) -> Path:
     """Write the picture of ``explanation``'s graph to ``path``, whole or not at all
     (``writes.write_atomically``: a failure raises ``WriteError`` naming ``path``, the
     earlier file there as it was); its suffix chooses the format (``FORMATS``). Returns
@@ -86,7 +106,7 @@ def check_path(path: str | Path) -> Path:
     return path
 
 
-def _picture(explanation: Explanation) -> _Picture:
+def _picture(explanation: Explained) -> _Picture:
     graph = explanation.graph
     role = {n.name: n.role for n in graph.nodes}
     labels = {n.name: f"{n.name}\n{n.flops:.3g} FLOPs" for n in graph.nodes}

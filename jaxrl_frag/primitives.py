@@ -41,18 +41,23 @@ class Shared:
 class Lowering:
     """How the primitives lower: on one device (no mesh), or with the batch sharded
     along ``axis`` of ``mesh`` and minibatches shuffled ``local``-ly or ``exact``-ly.
-    ``roles`` gives the fragments of some roles a lowering of their own (their own
-    device group, under ``ActorLearner``)."""
+    A policy that lowers more (fragments of a role on a device group of their own, a
+    vmap split over a mesh axis) extends it, overriding ``for_role`` or
+    ``spmd_axis_name``."""
 
     mesh: Mesh | None = None
     axis: str = "data"
     shuffle: str = "exact"
-    population_axis: str | None = None  # the mesh axis that splits a population's members, if any
-    roles: tuple[tuple[str, Lowering], ...] = ()
 
     def for_role(self, role: str) -> Lowering:
-        """The lowering of a fragment with ``role``."""
-        return dict(self.roles).get(role, self)
+        """The lowering of a fragment with ``role``: this one."""
+        return self
+
+    @property
+    def spmd_axis_name(self) -> str | None:
+        """The mesh axis that a ``jax.vmap`` over independent copies of an algorithm (a
+        population's members) is split along (its ``spmd_axis_name``): none."""
+        return None
 
     @property
     def shards(self) -> int:

@@ -57,6 +57,20 @@ class History:
         return float(last[0]) if values.ndim == 1 else last
 
 
+@dataclasses.dataclass
+class _Run:
+    """Where ``Program.run`` is: the state, the iterations done, the environment steps
+    (per member in a population), the chunk in progress, the rows of the run before its
+    start (``earlier``, from a checkpoint) and those since."""
+
+    state: PyTree
+    done: int
+    env_steps: np.ndarray | float
+    chunk: Chunk
+    earlier: list[Row]
+    rows: list[Row] = dataclasses.field(default_factory=list)
+
+
 class Program:
     """An algorithm compiled ahead of time under a policy.
 
@@ -136,72 +150,98 @@ class Program:
         every = None if checkpoints is None else checkpoints.every
         if checkpoints is not None:
             check_settings(every, checkpoints.keep, self.chunk_iterations)
-        resumed = isinstance(start, Checkpoint)
-        done = start.iteration if resumed else 0
-        with _outside_failures_raised(self.algorithm, checkpoints):
-            state = self._executor.resumed(start.state) if resumed else (self.init(start) if _is_key(start) else start)
-        check(done <= iterations, "iterations", iterations,
-              f"the run is already at iteration {done}; give a larger total to continue it")
-        per_step, k = self.algorithm.steps_per_iteration, self.chunk_iterations
-        env_steps = np.asarray(start.meta.get("env_steps", done * per_step) if resumed else 0.0)
-        chunk = self._chunk(start.meta.get("chunk") if resumed else None)
-        earlier: list[Row] = list(start.meta.get("rows", [])) if resumed else []
-        rows: list[Row] = []
-        per_call, stopped, finished, saving = 1, False, False, False
+        run = self._starting_point(start, checkpoints)
+        check(run.done <= iterations, "iterations", iterations,
+              f"the run is already at iteration {run.done}; give a larger total to continue it")
         if checkpoints is not None:
-            checkpoints.delete_after(done)  # steps past the start belong to a run that did not survive
-        while done < iterations and not stopped and not finished:
-            until = iterations if every is None else min(iterations, (done // every + 1) * every)
-            # no more chunks completed in one call than it has rows for
-            n = max(1, min(per_call, until - done, (done // k + self.max_rows_per_call) * k - done))
+            checkpoints.delete_after(run.done)  # steps past the start belong to a run that did not survive
+        per_call, stopped, finished, saving = 1, False, False, False
+        while run.done < iterations and not stopped and not finished:
+            n = self._call_size(run.done, iterations, per_call, every)
             start_time = time.perf_counter()
             with _outside_failures_raised(self.algorithm, checkpoints):
-                state, chunk, call_rows, num_rows, ran, flags = self._executor.call(state, chunk, n, k, done % k)
-                chunk, call_rows, num_rows, ran, flags = jax.device_get(_ready((chunk, call_rows, num_rows, ran, flags)))
+                run.state, chunk, call_rows, num_rows, ran, flags = self._executor.call(
+                    run.state, run.chunk, n, self.chunk_iterations, run.done % self.chunk_iterations)
+                run.chunk, call_rows, num_rows, ran, flags = jax.device_get(
+                    _ready((chunk, call_rows, num_rows, ran, flags)))
             seconds = time.perf_counter() - start_time
-            ran, num_rows = int(ran), int(num_rows)
+            ran = int(ran)
             bad = sorted(name for name, ok in flags.items() if not ok)
             finished = not bad and ran < n  # the algorithm ended itself within the call
-            if bad and (done + ran) % k == 0:
-                num_rows -= 1  # the chunk that the bad iteration completed
-            ends = [(done // k + r + 1) * k for r in range(num_rows)]
-            results = [{name: values[r] for name, values in call_rows.items()} for r in range(num_rows)]
-            if not bad and chunk.count and (finished or done + ran == iterations):
-                ends.append(done + ran)  # the run ends inside a chunk: its last row is partial
-                results.append(chunk.row())
-                chunk = self._chunk(None)
-            call_start = env_steps
-            for end, result in zip(ends, results, strict=True):
-                metrics = metrics_lib.finalize(result)
-                # where iterations vary in size, the algorithm's own count (per member in a population)
-                env_steps = metrics.pop("env_steps_total", float(end * per_step))
-                rows.append({"iteration": float(end), "env_steps": env_steps, **metrics})
-            if ends and saving:  # no row past a checkpoint before it is on disk (a kill could still lose it)
+            call_start = run.env_steps
+            new = self._new_rows(run, call_rows, int(num_rows), ran, bad, finished or run.done + ran == iterations)
+            if new and saving:  # no row past a checkpoint before it is on disk (a kill could still lose it)
                 checkpoints.wait()
                 saving = False
-            for row in rows[len(rows) - len(ends):]:
-                row["sps"] = float(np.nanmean(env_steps - call_start)) / seconds  # NaN: a member without steps
+            for row in new:
+                row["sps"] = float(np.nanmean(run.env_steps - call_start)) / seconds  # NaN: a member without steps
                 if on_chunk is not None:
                     on_chunk(row)
             if bad:
                 if checkpoints is not None:
                     checkpoints.wait()
                 graph = FragmentGraph.from_jaxpr(self._executor.trace_step())
-                raise NonFiniteError(done + ran, bad, graph.first_producer(bad))
-            done += ran
+                raise NonFiniteError(run.done + ran, bad, graph.first_producer(bad))
+            run.done += ran
             per_call = _same_on_all_processes(max(1, round(ran * self.seconds_per_call / max(seconds, 1e-6))))
-            stopped = stop is not None and _on_any_process(stop()) and done < iterations and not finished
-            end = done == iterations or stopped or finished
-            if checkpoints is not None and ((every is not None and done % every == 0) or end):
-                # with every row so far (metrics.csv can be rebuilt) and a chunk in progress (a stop between rows)
-                checkpoints.save(done, state, {
-                    **(meta or {}), "config": self.algorithm.config(), "env_steps": plain(env_steps),
-                    "rows": [{name: plain(value) for name, value in row.items()} for row in earlier + rows],
-                    **({"chunk": jax.tree.map(plain, chunk._asdict())} if chunk.count else {})})
+            stopped = stop is not None and _on_any_process(stop()) and run.done < iterations and not finished
+            end = run.done == iterations or stopped or finished
+            if checkpoints is not None and ((every is not None and run.done % every == 0) or end):
+                self._save(checkpoints, run, meta)
                 saving = True
         if checkpoints is not None:
             checkpoints.wait()
-        return History(rows, state, done, bool(stopped))
+        return History(run.rows, run.state, run.done, bool(stopped))
+
+    def _starting_point(self, start: jax.Array | Checkpoint | PyTree, checkpoints: Checkpoints | None) -> _Run:
+        """Where ``run`` starts from ``start`` (a key, a ``Checkpoint`` or a state)."""
+        if not isinstance(start, Checkpoint):
+            with _outside_failures_raised(self.algorithm, checkpoints):
+                state = self.init(start) if _is_key(start) else start
+            return _Run(state, 0, np.asarray(0.0), self._chunk(None), [])
+        with _outside_failures_raised(self.algorithm, checkpoints):
+            state = self._executor.resumed(start.state)
+        env_steps = np.asarray(start.meta.get("env_steps", start.iteration * self.algorithm.steps_per_iteration))
+        return _Run(state, start.iteration, env_steps, self._chunk(start.meta.get("chunk")),
+                    list(start.meta.get("rows", [])))
+
+    def _call_size(self, done: int, iterations: int, per_call: int, every: int | None) -> int:
+        """The iterations of the next call: about ``per_call``, no further than the run's end
+        or the next checkpoint, and completing no more chunks than a call has rows for."""
+        until = iterations if every is None else min(iterations, (done // every + 1) * every)
+        k = self.chunk_iterations
+        return max(1, min(per_call, until - done, (done // k + self.max_rows_per_call) * k - done))
+
+    def _new_rows(self, run: _Run, call_rows: dict[str, np.ndarray], num_rows: int, ran: int, bad: list[str],
+                  ends_run: bool) -> list[Row]:
+        """The rows a call completed (appended to ``run.rows``, ``run.env_steps`` moved to
+        the last one's): one per chunk it completed, but the chunk of a bad iteration,
+        and a partial last one where the run ends inside a chunk (``ends_run``)."""
+        k = self.chunk_iterations
+        if bad and (run.done + ran) % k == 0:
+            num_rows -= 1  # the chunk that the bad iteration completed
+        ends = [(run.done // k + r + 1) * k for r in range(num_rows)]
+        results = [{name: values[r] for name, values in call_rows.items()} for r in range(num_rows)]
+        if not bad and run.chunk.count and ends_run:
+            ends.append(run.done + ran)  # the run ends inside a chunk: its last row is partial
+            results.append(run.chunk.row())
+            run.chunk = self._chunk(None)
+        new = []
+        for end, result in zip(ends, results, strict=True):
+            metrics = metrics_lib.finalize(result)
+            # where iterations vary in size, the algorithm's own count (per member in a population)
+            run.env_steps = metrics.pop("env_steps_total", float(end * self.algorithm.steps_per_iteration))
+            new.append({"iteration": float(end), "env_steps": run.env_steps, **metrics})
+        run.rows += new
+        return new
+
+    def _save(self, checkpoints: Checkpoints, run: _Run, meta: dict[str, Any] | None) -> None:
+        """Save ``run``'s state with every row so far (metrics.csv can be rebuilt from them)
+        and a chunk in progress (a stop between rows), in the background."""
+        checkpoints.save(run.done, run.state, {
+            **(meta or {}), "config": self.algorithm.config(), "env_steps": plain(run.env_steps),
+            "rows": [{name: plain(value) for name, value in row.items()} for row in run.earlier + run.rows],
+            **({"chunk": jax.tree.map(plain, run.chunk._asdict())} if run.chunk.count else {})})
 
     def _chunk(self, saved: dict[str, Any] | None) -> Chunk:
         """A chunk with no iteration run, or one in progress as a checkpoint saved it."""

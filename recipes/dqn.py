@@ -19,10 +19,11 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl_frag import envs, replay
+from jaxrl_frag import envs
 from jaxrl_frag.algorithms import hyperparameter, static_field
 from jaxrl_frag.errors import check
 from jaxrl_frag.metrics import Metrics
+from jaxrl_frag.recipes import replay
 from jaxrl_frag.recipes.networks import QValues
 from jaxrl_frag.recipes.off_policy import EXPLORATION, OffPolicyRecipe, check_exploration, linear, polyak
 

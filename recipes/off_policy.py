@@ -17,13 +17,13 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl_frag import replay
 from jaxrl_frag.algorithms import hyperparameter, static_field
 from jaxrl_frag.bounds import INT32_MAX, is_whole
 from jaxrl_frag.envs.core import Steps
 from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
+from jaxrl_frag.recipes import replay
 from jaxrl_frag.recipes.advantages import n_step_return
 from jaxrl_frag.recipes.recipe import PolicyFn, Recipe
 from jaxrl_frag.recipes.rollout import collect

@@ -19,10 +19,11 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl_frag import envs, replay
+from jaxrl_frag import envs
 from jaxrl_frag.algorithms import hyperparameter, static_field
 from jaxrl_frag.errors import check
 from jaxrl_frag.metrics import Metrics
+from jaxrl_frag.recipes import replay
 from jaxrl_frag.recipes.networks import SquashedGaussianPolicy, TwinCritic
 from jaxrl_frag.recipes.off_policy import OffPolicyRecipe, polyak
 

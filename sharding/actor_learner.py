@@ -26,7 +26,7 @@ import numpy as np
 from flax import struct
 from jax.sharding import NamedSharding, PartitionSpec, Sharding
 
-from jaxrl_frag import costs, partition, primitives, tracing
+from jaxrl_frag import costs, primitives, tracing
 from jaxrl_frag import metrics as metrics_lib
 from jaxrl_frag.algorithms import Algorithm, field_name, finite_flags
 from jaxrl_frag.chunking import Chunk
@@ -36,10 +36,10 @@ from jaxrl_frag.explanation import Explanation, Transfer
 from jaxrl_frag.graph import FragmentGraph, describe_aval
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.policy import BatchAxes, NamedAxes, Policy, compile_lowered
+from jaxrl_frag.sharding import partition
 from jaxrl_frag.sharding.data_parallel import SHUFFLE_HELP, DataParallel
-from jaxrl_frag.sharding.mesh import device_groups, make_mesh, move
+from jaxrl_frag.sharding.mesh import check_runs, device_groups, make_mesh, move
 from jaxrl_frag.transforms import packing, precision
-from jaxrl_frag.transforms.population import Population
 from jaxrl_frag.transforms.precision import TRANSFER_DTYPES, check_dtype
 
 STALENESS_MAX = 1024  # copies of the parameters queued for the actors, at most
@@ -47,6 +47,19 @@ PyTree = Any
 Buffers = tuple[jax.Array, ...]  # a channel's packed bytes: (batched, replicated), either one only if empty
 Flags = dict[str, jax.Array]
 _NEVER = np.iinfo(np.int32).max  # "no iteration went non-finite"
+_KEY = jax.ShapeDtypeStruct((2,), jnp.uint32)  # the key data that the programs' initialisation takes
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupLowering(primitives.Lowering):
+    """The learner group's lowering, with the fragments of each role in ``roles`` lowered
+    as their own device group's."""
+
+    roles: tuple[tuple[str, primitives.Lowering], ...] = ()
+
+    def for_role(self, role: str) -> primitives.Lowering:
+        """The lowering of ``role``'s group, or the learner group's."""
+        return dict(self.roles).get(role, self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +152,8 @@ class ActorLearner(Policy):
 
     def lowering(self) -> primitives.Lowering:
         """The learner group's lowering, the actor fragments' their group's."""
-        return dataclasses.replace(self.learner.lowering(), roles=((partition.ACTOR, self.actor.lowering()),))
+        learner = self.learner.lowering()
+        return GroupLowering(learner.mesh, learner.axis, learner.shuffle, roles=((partition.ACTOR, self.actor.lowering()),))
 
     def executor(self, algorithm: Algorithm, max_rows: int, check_finite: bool) -> ActorLearnerExecutor:
         """The actor and learner programs, run as a two-stage pipeline."""
@@ -186,58 +200,82 @@ class ActorLearnerExecutor:
     """Compiles and runs the actor and learner programs of ``algorithm`` under ``policy``."""
 
     def __init__(self, algorithm: Algorithm, policy: ActorLearner, check_finite: bool):
-        check(not isinstance(algorithm, Population), "policy", policy.name,
-              "does not run populations (on the command line: --seeds, --sweep) yet; use PopulationParallel "
-              "(--policy population) for those")
+        check_runs(policy, algorithm)
         self.algorithm, self.policy, self.staleness = algorithm, policy, policy.staleness
         # across processes on CPU the two programs run in turn: gloo's collectives of two programs running at once
         # (the actor group's and the learner group's, between the same processes) take each other's messages
         self._in_turn = jax.process_count() > 1 and policy.actor.mesh.devices.flat[0].platform == "cpu"
-        dtype = policy.transfer_dtype
         rule = policy.lowering()
-        actor_rule = rule.for_role(partition.ACTOR)
         self._step_fn = tracing.under(rule, tracing.step)
-        key = jax.ShapeDtypeStruct((2,), jnp.uint32)
-        shape = jax.eval_shape(tracing.under(rule, tracing.init), algorithm, key)
-        self._shape = shape
+        self._shape = jax.eval_shape(tracing.under(rule, tracing.init), algorithm, _KEY)
+        with_paths, self._treedef = jax.tree_util.tree_flatten_with_path(self._shape)
+        self._fields = [field_name(path[0]) for path, _ in with_paths]
+        self._avals = [leaf for _, leaf in with_paths]
+        axes = self._split_step(check_finite)
+        a_rep, a_tree = policy.actor.shardings(self._shape, lambda: axes, algorithm.named_axes)
+        l_rep, l_tree = policy.learner.shardings(self._shape, lambda: axes, algorithm.named_axes)
+        flight, lagged = self._channels()
+        self._compile(rule, flight, lagged, (a_rep, jax.tree.leaves(a_tree)), (l_rep, jax.tree.leaves(l_tree)))
+        # across processes, Algorithm.resumed traced under the actor's rule on the whole state placed on the actor
+        # group, where what a resumed run restarts (the environments) lives, so that it runs in every process
+        self._on_actor = a_tree
+        self._resumed_across = jax.jit(tracing.under(rule.for_role(partition.ACTOR), tracing.resumed),
+                                       in_shardings=(a_rep, a_tree), out_shardings=a_tree)
+        # placed once, not sent with every call; through jit, which takes Python scalars on every process alike
+        # (device_put compares them across processes as float64 against float32 and refuses)
+        self._alg_actor, self._alg_learner = (jax.jit(lambda alg: alg, out_shardings=rep)(algorithm)
+                                              for rep in (a_rep, l_rep))
+        self._lay_out_state(flight, lagged, jax.tree.leaves(a_tree), jax.tree.leaves(l_tree))
+
+    def _split_step(self, check_finite: bool) -> BatchAxes:
+        """Trace one iteration and split it at the fragment roles (``partition.split_step``);
+        the metrics' shapes, the finiteness flags' names, and what the actor's part reports.
+        Returns the state's batch axes."""
         traced = self.trace_step()
         axes = tracing.batch_axes(traced)
-        with_paths, self._treedef = jax.tree_util.tree_flatten_with_path(shape)
-        fields = [field_name(path[0]) for path, _ in with_paths]
-        avals = [leaf for _, leaf in with_paths]
-        self.metric_shapes = metric_shapes = jax.eval_shape(self._step_fn, algorithm, shape)[1]
-        split = partition.split_step(traced, len(jax.tree.leaves(algorithm)), fields, axes, sorted(metric_shapes))
-        self._split = split
+        self.metric_shapes = jax.eval_shape(self._step_fn, self.algorithm, self._shape)[1]
+        split = partition.split_step(traced, len(jax.tree.leaves(self.algorithm)), self._fields, axes,
+                                     sorted(self.metric_shapes))
+        self._split, self._check_finite = split, check_finite
         self._shared = sorted(set(split.actor_held) & set(split.learner_held))
+        self._flag_names = sorted(jax.eval_shape(finite_flags, self._shape, self.metric_shapes)) if check_finite else []
+        _, _, self._actor_metrics, self._actor_flags = jax.eval_shape(
+            self._act, self.algorithm, [self._avals[i] for i in split.actor_held],
+            [self._avals[i] for i in split.lagged])
+        return axes
 
-        a_rep, a_tree = policy.actor.shardings(shape, lambda: axes, algorithm.named_axes)
-        l_rep, l_tree = policy.learner.shardings(shape, lambda: axes, algorithm.named_axes)
-        a_leaf, l_leaf = jax.tree.leaves(a_tree), jax.tree.leaves(l_tree)
-        a_held_sh = [a_leaf[i] for i in split.actor_held]
-        l_held_sh = [l_leaf[i] for i in split.learner_held]
-        lagged_avals = [avals[i] for i in split.lagged]
-        flag_names = sorted(jax.eval_shape(finite_flags, shape, metric_shapes)) if check_finite else []
+    def _act(self, alg: Algorithm, held: list[Any], lagged: list[Any]) -> tuple[list[Any], list[Any], Metrics, Flags]:
+        """The actor's part of an iteration: its fields, what crosses to the learner, its metrics and flags."""
+        split = self._split
+        held, crossing, metrics = split.actor(jax.tree.leaves(alg), held, lagged)
+        metrics = dict(zip(split.actor_metrics, metrics, strict=True))
+        flags = finite_flags(_by_field(self._fields, split.actor_held, held), metrics) if self._check_finite else {}
+        return held, crossing, metrics, flags
 
-        def act(alg: Algorithm, held: list[Any], lagged: list[Any]) -> tuple[list[Any], list[Any], Metrics, Flags]:
-            held, crossing, metrics = split.actor(jax.tree.leaves(alg), held, lagged)
-            metrics = dict(zip(split.actor_metrics, metrics, strict=True))
-            flags = finite_flags(_by_field(fields, split.actor_held, held), metrics) if check_finite else {}
-            return held, crossing, metrics, flags
-
-        a_held_avals = [avals[i] for i in split.actor_held]
-        l_held_avals = [avals[i] for i in split.learner_held]
-        _, _, actor_metrics, actor_flags = jax.eval_shape(act, algorithm, a_held_avals, lagged_avals)
+    def _channels(self) -> tuple[_Channel, _Channel]:
+        """What crosses from the actor to the learner each iteration (the trajectory, the
+        actor's metrics and flags) and back (the lagged parameters), in the transfer dtype."""
+        dtype, split = self.policy.transfer_dtype, self._split
+        reported = len(self._actor_metrics) + len(self._actor_flags)
         # per-sample scalars of the trajectory (log-probabilities, values, rewards) stay float32: few
         # bytes, and the learner's importance ratios and targets are sensitive to them
         flight = _Channel(
-            [*(c.aval for c in split.crossing), *actor_metrics.values(), *actor_flags.values()],
-            [dtype if _narrowable(c) else "float32" for c in split.crossing] + ["float32"] * (
-                len(actor_metrics) + len(actor_flags)),
-            [_batch_axis(c) for c in split.crossing] + [None] * (len(actor_metrics) + len(actor_flags)))
-        lagged = _Channel(lagged_avals, [dtype] * len(lagged_avals), [None] * len(lagged_avals))
+            [*(c.aval for c in split.crossing), *self._actor_metrics.values(), *self._actor_flags.values()],
+            [dtype if _narrowable(c) else "float32" for c in split.crossing] + ["float32"] * reported,
+            [_batch_axis(c) for c in split.crossing] + [None] * reported)
+        lagged_avals = [self._avals[i] for i in split.lagged]
+        return flight, _Channel(lagged_avals, [dtype] * len(lagged_avals), [None] * len(lagged_avals))
+
+    def _compile(self, rule: primitives.Lowering, flight: _Channel, lagged: _Channel,
+                 actor: tuple[Sharding, list[Sharding]], learner: tuple[Sharding, list[Sharding]]) -> None:
+        """Compile the actor's and the learner's iteration and initialisation, each on its
+        group (``actor`` and ``learner``: the replicated sharding and every field's)."""
+        split, avals, actor_metrics, actor_flags = self._split, self._avals, self._actor_metrics, self._actor_flags
+        (a_rep, a_leaf), (l_rep, l_leaf) = actor, learner
+        a_held_sh, l_held_sh = [a_leaf[i] for i in split.actor_held], [l_leaf[i] for i in split.learner_held]
 
         def actor_call(alg: Algorithm, held: list[Any], parameters: Buffers) -> tuple[list[Any], Buffers]:
-            held, crossing, metrics, flags = act(alg, held, lagged.receive(parameters))
+            held, crossing, metrics, flags = self._act(alg, held, lagged.receive(parameters))
             return held, flight.send([*crossing, *metrics.values(), *flags.values()])
 
         def learner_call(alg: Algorithm, held: list[Any], trajectory: Buffers, totals: Metrics,
@@ -248,7 +286,8 @@ class ActorLearnerExecutor:
             metrics = {**dict(zip(actor_metrics, values[count: count + metric_count], strict=True)),
                        **dict(zip(split.learner_metrics, metrics, strict=True))}
             actor_ok = dict(zip(actor_flags, values[count + metric_count:], strict=True))
-            flags = finite_flags(_by_field(fields, split.learner_held, held), metrics) if check_finite else {}
+            flags = (finite_flags(_by_field(self._fields, split.learner_held, held), metrics) if self._check_finite
+                     else {})
             iteration, first_bad = health
             first_bad = {n: jnp.where(actor_ok.get(n, True) & flags.get(n, True), first_bad[n],
                                       jnp.minimum(first_bad[n], iteration)) for n in first_bad}
@@ -256,53 +295,54 @@ class ActorLearnerExecutor:
             return held, parameters, metrics_lib.accumulate(totals, metrics), (iteration + 1, first_bad)
 
         def actor_init(alg: Algorithm, key: jax.Array) -> list[Any]:
-            flat = jax.tree.leaves(tracing.under(actor_rule, tracing.init)(alg, key))
+            flat = jax.tree.leaves(tracing.under(rule.for_role(partition.ACTOR), tracing.init)(alg, key))
             return [flat[i] for i in split.actor_held]
 
         def learner_init(alg: Algorithm, key: jax.Array) -> tuple[list[Any], Buffers]:
             flat = jax.tree.leaves(tracing.under(rule, tracing.init)(alg, key))
             return [flat[i] for i in split.learner_held], lagged.send([flat[i] for i in split.lagged])
 
-        flight_a, flight_l = flight.shardings(policy.actor, a_rep), flight.shardings(policy.learner, l_rep)
-        lagged_a, lagged_l = lagged.shardings(policy.actor, a_rep), lagged.shardings(policy.learner, l_rep)
+        flight_a, flight_l = flight.shardings(self.policy.actor, a_rep), flight.shardings(self.policy.learner, l_rep)
+        lagged_a, lagged_l = lagged.shardings(self.policy.actor, a_rep), lagged.shardings(self.policy.learner, l_rep)
         self._to_learner = functools.partial(move, targets=flight_l)
         self._to_actor = functools.partial(move, targets=lagged_a)
-        self._zeros = jax.device_put({k: np.zeros(v.shape, np.float32) for k, v in metric_shapes.items()}, l_rep)
+        self._zeros = jax.device_put({k: np.zeros(v.shape, np.float32) for k, v in self.metric_shapes.items()}, l_rep)
         self._to_totals = functools.partial(jax.device_put, device=l_rep)
-        self._health = jax.device_put((np.int32(0), {n: np.int32(_NEVER) for n in flag_names}), l_rep)
+        self._health = jax.device_put((np.int32(0), {n: np.int32(_NEVER) for n in self._flag_names}), l_rep)
+        algorithm = self.algorithm
         self._actor = compile_lowered(jax.jit(actor_call, in_shardings=(a_rep, a_held_sh, lagged_a),
                                               out_shardings=(a_held_sh, flight_a), donate_argnums=(1,)
-                                              ).lower(algorithm, a_held_avals, lagged.shapes()))
+                                              ).lower(algorithm, [avals[i] for i in split.actor_held],
+                                                      lagged.shapes()))
         self._learner = compile_lowered(jax.jit(learner_call, in_shardings=(l_rep, l_held_sh, flight_l, l_rep, l_rep),
                                                 out_shardings=(l_held_sh, lagged_l, l_rep, l_rep), donate_argnums=(1,)
-                                                ).lower(algorithm, l_held_avals, flight.shapes(), self._zeros,
-                                                        self._health))
+                                                ).lower(algorithm, [avals[i] for i in split.learner_held],
+                                                        flight.shapes(), self._zeros, self._health))
         self._actor_init = compile_lowered(jax.jit(actor_init, in_shardings=(a_rep, a_rep),
-                                                   out_shardings=a_held_sh).lower(algorithm, key), run_once=True)
+                                                   out_shardings=a_held_sh).lower(algorithm, _KEY), run_once=True)
         self._learner_init = compile_lowered(jax.jit(learner_init, in_shardings=(l_rep, l_rep),
-                                                     out_shardings=(l_held_sh, lagged_l)).lower(algorithm, key),
+                                                     out_shardings=(l_held_sh, lagged_l)).lower(algorithm, _KEY),
                                              run_once=True)
-        # across processes, Algorithm.resumed traced under the actor's rule on the whole state placed on the actor
-        # group, where what a resumed run restarts (the environments) lives, so that it runs in every process
-        self._on_actor = a_tree
-        self._resumed_across = jax.jit(tracing.under(actor_rule, tracing.resumed), in_shardings=(a_rep, a_tree),
-                                       out_shardings=a_tree)
-        # placed once, not sent with every call; through jit, which takes Python scalars on every process alike
-        # (device_put compares them across processes as float64 against float32 and refuses)
-        self._alg_actor, self._alg_learner = (jax.jit(lambda alg: alg, out_shardings=rep)(algorithm)
-                                              for rep in (a_rep, l_rep))
+        self._lagged_on_actor, self._flight_on_learner = lagged_a, flight_l
 
+    def _lay_out_state(self, flight: _Channel, lagged: _Channel, a_leaf: list[Sharding], l_leaf: list[Sharding]) -> None:
+        """The pipeline state's shapes and shardings (each field on the group that owns it,
+        the lagged parameters queued on the actor's, a trajectory in flight on the
+        learner's), and the transfers ``explain`` reports."""
+        split, avals, fields = self._split, self._avals, self._fields
         queue = max(self.staleness, 1)
         owned = [a_leaf[i] if i in split.actor_held and i not in self._shared else l_leaf[i] for i in range(len(avals))]
-        self.state_shape = PipelineState(shape, tuple(avals[i] for i in self._shared), (lagged.shapes(),) * queue,
+        self.state_shape = PipelineState(self._shape, tuple(avals[i] for i in self._shared), (lagged.shapes(),) * queue,
                                          flight.shapes() if self.staleness else ())
         self.state_sharding = PipelineState(self._treedef.unflatten(owned), tuple(a_leaf[i] for i in self._shared),
-                                            (lagged_a,) * queue, flight_l if self.staleness else ())
+                                            (self._lagged_on_actor,) * queue,
+                                            self._flight_on_learner if self.staleness else ())
         self._transfers = (
             _transfers("actor -> learner", [(c.name, c.aval, _narrowable(c)) for c in split.crossing])
             + _transfers("actor -> learner", [("actor metrics, flags", v, False)
-                                              for v in (*actor_metrics.values(), *actor_flags.values())])
-            + _transfers("learner -> actor", [(f"state.{fields[i]}", avals[i], True) for i in split.lagged], carried=True))
+                                              for v in (*self._actor_metrics.values(), *self._actor_flags.values())])
+            + _transfers("learner -> actor", [(f"state.{fields[i]}", avals[i], True) for i in split.lagged],
+                         carried=True))
 
     def trace_step(self) -> Any:
         return jax.make_jaxpr(self._step_fn)(self.algorithm, self._shape)

@@ -18,6 +18,19 @@ PyTree = Any
 
 
 @dataclasses.dataclass(frozen=True)
+class MemberLowering(primitives.Lowering):
+    """``DataParallel``'s lowering, with a vmap over a population's members split along
+    the mesh axis ``member_axis`` (constraints inside a member keep it there)."""
+
+    member_axis: str = "pop"
+
+    @property
+    def spmd_axis_name(self) -> str | None:
+        """``member_axis``."""
+        return self.member_axis
+
+
+@dataclasses.dataclass(frozen=True)
 class PopulationParallel(Policy):
     """A population's members split over ``pop`` devices, each member data-parallel
     over ``data`` devices: a 2-D mesh ``pop x data``. Pair it with
@@ -54,7 +67,7 @@ class PopulationParallel(Policy):
 
     def lowering(self) -> primitives.Lowering:
         """As ``DataParallel`` over ``data``, members kept on ``pop``."""
-        return primitives.Lowering(self.mesh, "data", self.shuffle, population_axis="pop")
+        return MemberLowering(self.mesh, "data", self.shuffle)
 
     def describe(self) -> str:
         """The member and data axes and the shuffling."""

@@ -22,7 +22,7 @@ CACHE_DIR = os.environ.setdefault(
     "JAXRL_FRAG_CACHE_DIR",
     str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jaxrl_frag" / "test-xla"),
 )
-# the same settings as the CLI's (jaxrl_frag.cli.runtime.enable_compilation_cache), as environment variables so
+# the same settings as the CLI's (jaxrl_frag.app.cli.runtime.enable_compilation_cache), as environment variables so
 # that the processes the tests start inherit them: multi-process workers and notebook kernels set no cache themselves
 os.environ["JAX_COMPILATION_CACHE_DIR"] = CACHE_DIR
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.5"  # below it, compiling beats reading back

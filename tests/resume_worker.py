@@ -46,7 +46,7 @@ def main() -> int:
 
         atomicity.AtomicRenameTemporaryPath.finalize = on_nth(atomicity.AtomicRenameTemporaryPath.finalize, is_step)
     elif mode == "rows":
-        from jaxrl_frag import rundir
+        from jaxrl_frag.app import rundir
 
         rundir.RunDir.append_metrics = on_nth(rundir.RunDir.append_metrics)
     elif mode == "stall":
@@ -72,7 +72,7 @@ def main() -> int:
             return state, chunk, rows, num_rows, ran, flags
 
         policy.SpmdExecutor.call = call
-    from jaxrl_frag.cli import main as cli
+    from jaxrl_frag.app.cli import main as cli
 
     print(STARTED, file=sys.stderr, flush=True)  # past Python's imports: the command's own signal handling from here
     return cli(argv)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxrl_frag.cli import main
+from jaxrl_frag.app.cli import main
 
 TRAIN = ["train", "ppo", "--env", "CartPole-v1"]
 TINY = ["--num-envs", "4", "--num-steps", "8", "--total-steps", "64", "--chunk-iterations", "1"]
@@ -418,7 +418,7 @@ def test_bad_input_exits_2_with_a_message_and_touches_nothing(
 
 
 def test_an_override_reads_spaces_around_its_equals_sign() -> None:
-    from jaxrl_frag.cli.resume import parse_overrides
+    from jaxrl_frag.app.cli.resume import parse_overrides
 
     assert parse_overrides(["total_steps = 4096", " keep_checkpoints= 2 "]) == {"total_steps": 4096, "keep_checkpoints": 2}
 
@@ -428,9 +428,9 @@ def test_an_override_reads_spaces_around_its_equals_sign() -> None:
 def test_no_parser_takes_an_abbreviated_flag(argv: list[str]) -> None:
     import argparse
 
-    from jaxrl_frag.cli import build_parser
-    from jaxrl_frag.cli.flags import Parser
-    from jaxrl_frag.cli.runtime import add_runtime_flags
+    from jaxrl_frag.app.cli import build_parser
+    from jaxrl_frag.app.cli.flags import Parser
+    from jaxrl_frag.app.cli.runtime import add_runtime_flags
 
     parsers, seen = [build_parser(argv)], []
     while parsers:

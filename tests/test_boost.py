@@ -18,12 +18,11 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import jaxrl_frag as jf
-from jaxrl_frag import curvature
+from jaxrl_frag.app.cli import main
 from jaxrl_frag.checkpoints import Checkpoints
-from jaxrl_frag.cli import main
 from jaxrl_frag.errors import ConfigError
 from jaxrl_frag.recipes import IMPALA, PPO
-from jaxrl_frag.transforms import boost
+from jaxrl_frag.transforms import boost, curvature
 
 LADDER = (2, 4, 8)
 SMALL = dict(num_steps=16, hidden=(16,), num_minibatches=2, num_epochs=2, lr=1e-3)

@@ -182,7 +182,7 @@ def test_diverging_learning_rate_names_the_learner() -> None:
 
 
 def test_cli_exits_3_on_nan_keeping_the_last_good_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from jaxrl_frag.cli import main
+    from jaxrl_frag.app.cli import main
 
     run_dir = tmp_path / "run"
     status = main(["train", "ppo", "--env", "PoisonedCartPole-v1", "--num-envs", "8", "--num-steps", "16",

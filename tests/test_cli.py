@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 import pytest
 
-from jaxrl_frag.cli import main
+from jaxrl_frag.app.cli import main
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -179,7 +179,7 @@ def test_actor_learner_trains_explains_and_resumes_from_the_command_line(tmp_pat
 
 
 def _flag_parser(cls: type):
-    from jaxrl_frag.cli import flags
+    from jaxrl_frag.app.cli import flags
 
     parser = flags.Parser(prog="jaxrl-frag test")
     hints = flags.type_hints(cls)
@@ -219,7 +219,7 @@ class Settings:
 
 
 def test_flags_are_generated_for_every_supported_field_type(capsys: pytest.CaptureFixture[str]) -> None:
-    from jaxrl_frag.cli import flags
+    from jaxrl_frag.app.cli import flags
 
     parser, made = _flag_parser(Settings)
     assert "internal" not in made and made["style"].option == "--look"
@@ -267,7 +267,7 @@ def test_a_field_of_a_type_no_flag_reads_is_named() -> None:
 
 def test_policy_flags_are_generated_from_the_policies_fields_each_shared_flag_once(
         capsys: pytest.CaptureFixture[str]) -> None:
-    from jaxrl_frag.cli import flags, policies
+    from jaxrl_frag.app.cli import flags, policies
     from jaxrl_frag.sharding import POLICIES
 
     generated = {p.flag.option: p for p in policies.policy_flags()}
@@ -289,7 +289,7 @@ def test_policy_flags_are_generated_from_the_policies_fields_each_shared_flag_on
 def test_a_population_policy_takes_its_device_count_from_devices() -> None:
     import argparse
 
-    from jaxrl_frag.cli import policies
+    from jaxrl_frag.app.cli import policies
 
     args = argparse.Namespace(policy="population", devices=2, shuffle="exact", seeds=2, sweep=[], actor_devices=1,
                               learner_devices=1, staleness=1, transfer_dtype="float32")
@@ -304,7 +304,7 @@ def test_a_population_policy_takes_its_device_count_from_devices() -> None:
 
 STARTED_BY_AN_IMPORT = """
 import sys
-from jaxrl_frag.cli import main
+from jaxrl_frag.app.cli import main
 import starter
 sys.exit(main(["explain", "ppo", "--env", "CartPole-v1", "--devices", "4"]))
 """
@@ -312,7 +312,7 @@ STARTED_BEFORE_THE_CLI = """
 import sys
 import jax
 jax.devices()
-from jaxrl_frag.cli import main
+from jaxrl_frag.app.cli import main
 sys.exit(main(["explain", "ppo", "--env", "CartPole-v1", "--policy", "actor-learner", "--actor-devices", "2"]))
 """
 
@@ -323,7 +323,7 @@ sys.exit(main(["explain", "ppo", "--env", "CartPole-v1", "--policy", "actor-lear
                             "set XLA_FLAGS=--xla_force_host_platform_device_count=4 before importing starter"]),
     (STARTED_BEFORE_THE_CLI, ["devices=3: --actor-devices + --learner-devices need 3 CPU devices, but the CPU "
                               "backend is already running with 1",
-                              "started by something this process ran before it imported jaxrl_frag.cli",
+                              "started by something this process ran before it imported jaxrl_frag.app.cli",
                               "set XLA_FLAGS=--xla_force_host_platform_device_count=3 before importing jax"]),
 ], ids=["by an import", "before the command line was imported"])
 def test_devices_after_jax_started_names_what_started_it_and_the_remedy(tmp_path: Path, script: str,

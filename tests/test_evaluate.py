@@ -17,8 +17,9 @@ import pytest
 from PIL import Image
 
 import jaxrl_frag as jf
-from jaxrl_frag import envs, evaluation
-from jaxrl_frag.cli import main
+from jaxrl_frag import envs
+from jaxrl_frag.app import evaluation
+from jaxrl_frag.app.cli import main
 
 TINY = ["--num-envs", "4", "--num-steps", "16", "--total-steps", "512", "--chunk-iterations", "2"]
 

@@ -17,7 +17,7 @@ from saved_state import read_state
 
 import jaxrl_frag as jf
 from jaxrl_frag import sharding
-from jaxrl_frag.cli import main
+from jaxrl_frag.app.cli import main
 from jaxrl_frag.transforms import Population
 from jaxrl_frag.transforms.evaluated import Evaluated, first, layout, play
 

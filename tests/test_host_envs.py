@@ -134,8 +134,8 @@ def test_a_host_environment_run_is_evaluated_on_fresh_environments(tmp_path: Pat
     the run's policy on fresh host environments, inside one compiled program: each
     episode's return is its length (a reward of 1 a step), at most the time limit of
     500, and the same seed plays the same episodes."""
-    from jaxrl_frag import evaluation
-    from jaxrl_frag.cli import main
+    from jaxrl_frag.app import evaluation
+    from jaxrl_frag.app.cli import main
 
     run_dir = tmp_path / "run"
     assert main(["train", "ppo", "--env", CARTPOLE, "--num-envs", "8", "--num-steps", "16", "--total-steps", "512",

@@ -163,7 +163,7 @@ def test_a_multi_agent_run_evaluates_loads_and_exports(tmp_path: Path) -> None:
     one ``AgentObs`` or a batch, an action per agent; the exported policy (the
     observation's fields as a tuple) gives the same actions; ``--eval-every`` reports
     the team's greedy return."""
-    from jaxrl_frag.cli import main
+    from jaxrl_frag.app.cli import main
 
     run_dir = tmp_path / "ippo"
     assert main(["train", "ippo", "--env", MPE, "--num-envs", "4", "--num-steps", "8", "--total-steps", "64",

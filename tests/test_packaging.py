@@ -11,7 +11,8 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SUBPACKAGES = ["jaxrl_frag", "jaxrl_frag.envs", "jaxrl_frag.sharding", "jaxrl_frag.recipes", "jaxrl_frag.transforms"]
+SUBPACKAGES = ["jaxrl_frag", "jaxrl_frag.app", "jaxrl_frag.app.cli", "jaxrl_frag.envs", "jaxrl_frag.sharding",
+               "jaxrl_frag.recipes", "jaxrl_frag.transforms"]
 
 
 def test_wheel_installs_subpackages_under_jaxrl_frag_only(tmp_path: Path) -> None:
@@ -37,6 +38,7 @@ def test_wheel_installs_subpackages_under_jaxrl_frag_only(tmp_path: Path) -> Non
         f"    assert module.__file__.startswith({site!r}), module.__file__\n"
         "assert importlib.util.find_spec('envs') is None and importlib.util.find_spec('sharding') is None\n"
         "assert importlib.util.find_spec('recipes') is None and importlib.util.find_spec('transforms') is None\n"
+        "assert importlib.util.find_spec('app') is None\n"
         "print('ok')\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxrl_frag.cli import main
+from jaxrl_frag.app.cli import main
 
 EXAMPLE = Path(__file__).with_name("plugin_example")
 SCRIPT = Path(sys.executable).parent / "jaxrl-frag"

@@ -53,7 +53,7 @@ def test_sweeping_a_static_field_is_refused() -> None:
 
 
 def test_grid_and_random_search_settings() -> None:
-    from jaxrl_frag import sweeps
+    from jaxrl_frag.app import sweeps
 
     grid = sweeps.settings(["lr=1e-4,3e-4,1e-3", "ent_coef=0,0.01"])
     assert len(grid) == 6 and {"lr": 1e-3, "ent_coef": 0.01} in grid
@@ -65,7 +65,7 @@ def test_grid_and_random_search_settings() -> None:
 
 
 def test_interval_statistics() -> None:
-    from jaxrl_frag.summary import bootstrap_ci, iqm
+    from jaxrl_frag.app.summary import bootstrap_ci, iqm
 
     assert iqm(np.array([0.0, 1, 2, 3, 4, 5, 6, 100])) == 3.5  # the middle half: 2, 3, 4, 5
     values = np.random.default_rng(0).normal(10.0, 1.0, size=400)
@@ -141,7 +141,7 @@ def test_the_run_stops_once_every_member_has_failed(poisoned: Poisoned) -> None:
 
 
 def test_cli_reports_the_failed_member_and_trains_the_others(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from jaxrl_frag.cli import main
+    from jaxrl_frag.app.cli import main
 
     run_dir = tmp_path / "run"
     status = main(["train", "ppo", "--env", "PoisonedSeedCartPole-v1", "--seeds", "8", "--num-envs", "4",

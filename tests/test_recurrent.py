@@ -161,7 +161,7 @@ def test_a_recurrent_policy_acts_step_by_step_as_the_learner_unrolls_it() -> Non
 def test_a_recurrent_run_resumes_exactly_with_its_memory(tmp_path: Path) -> None:
     from saved_state import read_state
 
-    from jaxrl_frag.cli import main
+    from jaxrl_frag.app.cli import main
 
     train = ["train", "ppo", "--env", MASKED, "--memory", "gru", "--num-envs", "4", "--num-steps", "16", "--no-anneal-lr",
              "--chunk-iterations", "2", "--checkpoint-every", "2"]

@@ -13,8 +13,9 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 from scipy import stats
 
-from jaxrl_frag import primitives, replay
+from jaxrl_frag import primitives
 from jaxrl_frag.collectives import audit
+from jaxrl_frag.recipes import replay
 from jaxrl_frag.sharding import DataParallel
 
 ENVS = 4

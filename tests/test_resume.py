@@ -114,7 +114,7 @@ def test_killed_run_resumes_to_the_same_parameters_and_metrics(uninterrupted: Pa
 
 
 def test_resume_with_changed_settings_is_refused(uninterrupted: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from jaxrl_frag.cli import main
+    from jaxrl_frag.app.cli import main
 
     before = {p: p.read_bytes() for p in uninterrupted.rglob("*") if p.is_file()}
     changed = list(TRAIN)

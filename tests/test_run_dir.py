@@ -26,14 +26,14 @@ import pytest
 from conftest import snapshot
 from saved_state import read_state
 
-from jaxrl_frag.cli import main
+from jaxrl_frag.app.cli import main
 
 # 64 iterations of 4 x 8 steps, a row every 4 iterations, a checkpoint every 8 (the last 3 kept)
 TRAIN = ["train", "ppo", "--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--total-steps", "2048",
          "--chunk-iterations", "4", "--checkpoint-every", "8"]
 LAST = 64
-CLI = [sys.executable, "-c", "import sys; from jaxrl_frag.cli import main; sys.exit(main())"]
-HOLD_LOCK = ("import sys; from jaxrl_frag.rundir import RunDir; RunDir(sys.argv[1]).lock(); print('held', flush=True); "
+CLI = [sys.executable, "-c", "import sys; from jaxrl_frag.app.cli import main; sys.exit(main())"]
+HOLD_LOCK = ("import sys; from jaxrl_frag.app.rundir import RunDir; RunDir(sys.argv[1]).lock(); print('held', flush=True); "
              "sys.stdin.read()")
 
 
@@ -334,8 +334,8 @@ def test_two_trains_into_one_new_directory_one_refused(tmp_path: Path) -> None:
     """What the second of two trains started at once into a new directory meets, once
     compiled: the first holds the directory (refused, naming it), or has written its run
     there (refused: it holds files)."""
+    from jaxrl_frag.app.rundir import RunDir
     from jaxrl_frag.errors import ConfigError
-    from jaxrl_frag.rundir import RunDir
 
     new = tmp_path / "new"
     RunDir(new).check_free()  # both see it free before compiling

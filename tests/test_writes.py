@@ -25,13 +25,13 @@ from pathlib import Path
 import pytest
 from conftest import snapshot
 
-from jaxrl_frag.cli import main
+from jaxrl_frag.app.cli import main
 
 pytestmark = pytest.mark.slow  # real runs and CLI processes under resource limits
 
 TINY = ["--num-envs", "4", "--num-steps", "8", "--total-steps", "64", "--chunk-iterations", "1"]
 TRAIN = ["train", "ppo", "--env", "CartPole-v1", *TINY]
-CLI = [sys.executable, "-c", "import sys; from jaxrl_frag.cli import main; sys.exit(main())"]
+CLI = [sys.executable, "-c", "import sys; from jaxrl_frag.app.cli import main; sys.exit(main())"]
 PNG_END = b"IEND\xaeB`\x82"
 # a file-size limit would also refuse jax's compilation cache entries (a warning each): no cache there
 NO_CACHE = {**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false"}

@@ -56,11 +56,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl_frag import curvature, primitives, tracing
+from jaxrl_frag import primitives, tracing
 from jaxrl_frag.algorithms import Algorithm, field_name, hyperparameter, plain, static_field
 from jaxrl_frag.bounds import INT32_MAX, check_count
 from jaxrl_frag.errors import ConfigError, check
 from jaxrl_frag.metrics import Metrics
+from jaxrl_frag.transforms import curvature
 
 PyTree = Any
 STRATEGIES = ("nitro", "gns", "random", "fixed")

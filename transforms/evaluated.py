@@ -2,7 +2,7 @@
 (``play``, ``first``), and ``Evaluated``: an algorithm that plays them every ``every``
 iterations inside its compiled training program.
 
-``play`` is the one episode loop: ``jaxrl_frag.evaluation.evaluate`` runs it on a
+``play`` is the one episode loop: ``jaxrl_frag.app.evaluation.evaluate`` runs it on a
 restored policy after training, ``Evaluated`` on the current policy during it.
 """
 
@@ -115,7 +115,7 @@ class Evaluated(Algorithm):
     (``acting(state, True)``) after every ``every``-th iteration, on fresh copies of
     its environment (``layout``, ``play``), inside its compiled training program. The
     copies are ``envs.make``'s of the environment's name, with its default options, as
-    ``jaxrl_frag.evaluation.evaluate`` plays on.
+    ``jaxrl_frag.app.evaluation.evaluate`` plays on.
 
     The state is the algorithm's, its top-level fields as they were (so a policy places
     them as before), with one more, ``evaluation`` (a ``Schedule``); the algorithm's

@@ -133,7 +133,7 @@ class Population(Algorithm):
 
     def _vmap(self, fn: Any) -> Any:
         # with a population mesh axis, constraints inside the members keep it on the member axis
-        return jax.vmap(fn, spmd_axis_name=primitives.current().population_axis)
+        return jax.vmap(fn, spmd_axis_name=primitives.current().spmd_axis_name)
 
     def setting(self, member: int) -> dict[str, Any]:
         """The hyperparameters (traced fields) whose values tell member ``member`` from the

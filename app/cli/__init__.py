@@ -27,9 +27,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from jaxrl_frag.cli import runtime
-from jaxrl_frag.cli.parser import build_parser
-from jaxrl_frag.cli.signals import Interrupt
+from jaxrl_frag.app.cli import runtime
+from jaxrl_frag.app.cli.parser import build_parser
+from jaxrl_frag.app.cli.signals import Interrupt
 from jaxrl_frag.errors import ENV_WORKER_FAILED, INTERRUPTED, NON_FINITE, USAGE_ERROR, WRITE_FAILED, ConfigError
 
 runtime.watch_backend()  # to say what started jax, should it start before the command sets its devices

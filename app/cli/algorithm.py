@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxrl_frag.app.cli import flags
 from jaxrl_frag.bounds import MEMBERS_MAX, SEED_MAX, check_count
-from jaxrl_frag.cli import flags
 from jaxrl_frag.errors import ConfigError, check
 
 Members = list[tuple[dict[str, float], int]]  # a population's members: setting and seed, in member order
@@ -88,7 +88,8 @@ def recipe_overrides(args: argparse.Namespace, recipe: type) -> dict[str, Any]:
 def make_algorithm(args: argparse.Namespace) -> tuple[Any, Members | None]:
     """The algorithm, and for a population (``--seeds`` > 1 or ``--sweep``) its members'
     settings and seeds, in member order."""
-    from jaxrl_frag import costs, sweeps
+    from jaxrl_frag import costs
+    from jaxrl_frag.app import sweeps
     from jaxrl_frag.transforms import Population
     from jaxrl_frag.transforms.boost import Boosted
     from jaxrl_frag.transforms.evaluated import Evaluated

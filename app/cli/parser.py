@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from jaxrl_frag.cli import algorithm, envs, evaluate, explain, flags, policies, resume, runtime, train
+from jaxrl_frag.app.cli import algorithm, envs, evaluate, explain, flags, policies, resume, runtime, train
 from jaxrl_frag.errors import ConfigError
 
 _COMMANDS_WITH_RECIPES = ("train", "explain")

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
+from jaxrl_frag.app.evaluation import Trained, record_episode
+from jaxrl_frag.app.rundir import check_output
 from jaxrl_frag.errors import check
-from jaxrl_frag.evaluation import Trained, record_episode
-from jaxrl_frag.rundir import check_output
 from jaxrl_frag.writes import write_atomically
 
 SIZE = (400, 240)  # frame width and height in pixels

@@ -19,8 +19,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from jaxrl_frag.app.cli import flags, policies
 from jaxrl_frag.bounds import CPU_DEVICES_MAX, INT32_MAX, check_count
-from jaxrl_frag.cli import flags, policies
 from jaxrl_frag.errors import check
 
 _FORCE_FLAG = "--xla_force_host_platform_device_count"
@@ -81,7 +81,7 @@ def watch_backend() -> None:
     import jax.monitoring
 
     if _backend_running():
-        _started.append(("something this process ran before it imported jaxrl_frag.cli", "importing jax"))
+        _started.append(("something this process ran before it imported jaxrl_frag.app.cli", "importing jax"))
     else:
         jax.monitoring.register_event_duration_secs_listener(_record_start)
 
@@ -164,8 +164,8 @@ def configure_runtime(argv: Sequence[str] | None) -> None:
         early.add_argument("--override", action="append", default=[])
         resume = early.parse_known_args(argv[1:])[0]
         if resume.run_dir is not None:
-            from jaxrl_frag.cli.resume import parse_overrides
-            from jaxrl_frag.rundir import RunDir
+            from jaxrl_frag.app.cli.resume import parse_overrides
+            from jaxrl_frag.app.rundir import RunDir
 
             run_dir = RunDir(resume.run_dir)
             saved = {**run_dir.read_config()["settings"], **parse_overrides(resume.override)}

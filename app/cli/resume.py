@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxrl_frag.cli import flags
-from jaxrl_frag.cli.runtime import add_runtime_flags
-from jaxrl_frag.cli.train import RESUMABLE_CHANGES, RUNTIME_KEYS, resolved_config, run, setting_kinds
+from jaxrl_frag.app.cli import flags
+from jaxrl_frag.app.cli.runtime import add_runtime_flags
+from jaxrl_frag.app.cli.train import RESUMABLE_CHANGES, RUNTIME_KEYS, resolved_config, run, setting_kinds
 from jaxrl_frag.errors import ConfigError, check
 
 
@@ -28,10 +28,10 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 def resume(args: argparse.Namespace) -> int:
     from jaxrl_frag.algorithms import setting_defaults
+    from jaxrl_frag.app.cli.algorithm import make_algorithm
+    from jaxrl_frag.app.rundir import RunDir
     from jaxrl_frag.checkpoints import changed_settings
-    from jaxrl_frag.cli.algorithm import make_algorithm
     from jaxrl_frag.distributed import is_main_process
-    from jaxrl_frag.rundir import RunDir
 
     run_dir = RunDir(args.run_dir)
     overrides = parse_overrides(args.override)
@@ -57,7 +57,7 @@ def saved_train_args(run_dir: Any, saved: dict[str, Any], overrides: dict[str, A
     (``flags.Kind.load``). ``ConfigError`` where config.json holds a setting that
     ``train`` does not take, or a value that its flag cannot give."""
     from jaxrl_frag import recipes
-    from jaxrl_frag.cli.parser import build_parser
+    from jaxrl_frag.app.cli.parser import build_parser
 
     settings = {**saved["settings"], "chunk_iterations": saved["chunk_iterations"],
                 "checkpoint_every": saved["checkpoint_every"], **overrides}

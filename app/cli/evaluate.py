@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from jaxrl_frag.cli import flags
+from jaxrl_frag.app.cli import flags
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -29,11 +29,11 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    from jaxrl_frag import summary
+    from jaxrl_frag.app import summary
+    from jaxrl_frag.app.evaluation import check_episodes, evaluate, restore
+    from jaxrl_frag.app.rundir import RunDir, report_write_failure
+    from jaxrl_frag.app.video import check_video, write_video
     from jaxrl_frag.bounds import SEED_MAX, check_count
-    from jaxrl_frag.evaluation import check_episodes, evaluate, restore
-    from jaxrl_frag.rundir import RunDir, report_write_failure
-    from jaxrl_frag.video import check_video, write_video
 
     check_episodes(args.episodes)
     check_count("seed", args.seed, SEED_MAX, "seeds are uint32", low=0)

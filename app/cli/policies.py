@@ -16,7 +16,7 @@ import dataclasses
 import functools
 from typing import Any
 
-from jaxrl_frag.cli import flags
+from jaxrl_frag.app.cli import flags
 from jaxrl_frag.errors import ConfigError
 
 PER_PROCESS = "devices"  # the flag whose count is per process

@@ -333,7 +333,7 @@ class RunDir:
 
     def plot(self, title: str) -> Path:
         """Draw ``metrics.csv`` into ``learning_curve.png`` (whole, or the earlier one kept); returns its path."""
-        from jaxrl_frag.plots import learning_curve
+        from jaxrl_frag.app.plots import learning_curve
 
         figure = learning_curve(self.read_metrics(), title)
         return write_atomically(self.path / CURVE, lambda tmp: figure.savefig(tmp, dpi=120))

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
-from jaxrl_frag.summary import bootstrap_ci
+from jaxrl_frag.app.summary import bootstrap_ci
 
 PANELS = (("value loss", ("value_loss",)), ("policy loss and entropy", ("policy_loss", "entropy")),
           ("environments per round (boosted)", ("actors",)))

@@ -68,10 +68,10 @@ def restore(run_dir: str | Path, member: int | None = None) -> Trained:
             this cannot act for (the actor-learner policy's),
             or ``member`` is not one of the run's.
     """
+    from jaxrl_frag.app.cli.algorithm import make_algorithm
+    from jaxrl_frag.app.cli.resume import saved_train_args
+    from jaxrl_frag.app.rundir import RunDir
     from jaxrl_frag.checkpoints import Checkpoints
-    from jaxrl_frag.cli.algorithm import make_algorithm
-    from jaxrl_frag.cli.resume import saved_train_args
-    from jaxrl_frag.rundir import RunDir
     from jaxrl_frag.sharding import POLICIES
 
     run = RunDir(run_dir)

@@ -14,10 +14,18 @@ from typing import Any
 
 import numpy as np
 
-from jaxrl_frag.cli import flags, policies
-from jaxrl_frag.cli.algorithm import EVAL_EPISODES, Members, boost_kinds, boost_settings, make_algorithm, memory_fix, recipe_flags
-from jaxrl_frag.cli.runtime import enable_compilation_cache
-from jaxrl_frag.cli.signals import Interrupt, StopOnSignal
+from jaxrl_frag.app.cli import flags, policies
+from jaxrl_frag.app.cli.algorithm import (
+    EVAL_EPISODES,
+    Members,
+    boost_kinds,
+    boost_settings,
+    make_algorithm,
+    memory_fix,
+    recipe_flags,
+)
+from jaxrl_frag.app.cli.runtime import enable_compilation_cache
+from jaxrl_frag.app.cli.signals import Interrupt, StopOnSignal
 from jaxrl_frag.errors import ENV_WORKER_FAILED, INTERRUPTED, NON_FINITE, WRITE_FAILED, check
 
 # settings a resumed run may change: they decide how long it runs, where and how it
@@ -88,9 +96,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 def train(args: argparse.Namespace) -> int:
     from jaxrl_frag.algorithms import setting_defaults
+    from jaxrl_frag.app.rundir import RunDir
     from jaxrl_frag.checkpoints import changed_settings
     from jaxrl_frag.distributed import is_main_process
-    from jaxrl_frag.rundir import RunDir
 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = RunDir(args.run_dir or Path("runs") / f"{args.recipe}-{args.env}-{stamp}")
@@ -119,7 +127,7 @@ def run(args: argparse.Namespace, run_dir: Any, algo: Any, members: Members | No
     """Compile, then train (from the newest checkpoint when resuming; with ``restart`` from
     iteration 0, the old rows kept aside), writing the run directory while holding its lock.
     A write that the disk or its permissions refuse ends the run with ``WRITE_FAILED``."""
-    from jaxrl_frag.rundir import CONFIG, write_failure
+    from jaxrl_frag.app.rundir import CONFIG, write_failure
 
     absl = logging.getLogger("absl")
     absl.addFilter(_not_from_orbax)
@@ -150,13 +158,13 @@ def _run_locked(args: argparse.Namespace, run_dir: Any, algo: Any, members: Memb
     """``run``'s work; ``run`` closes ``run_dir``, releasing its lock."""
     import jax
 
-    import jaxrl_frag as jf
     from jaxrl_frag import costs
+    from jaxrl_frag.app.rundir import METRICS
     from jaxrl_frag.checkpoints import Checkpoints
     from jaxrl_frag.distributed import is_main_process
     from jaxrl_frag.envs import EnvWorkerError
     from jaxrl_frag.errors import NonFiniteError
-    from jaxrl_frag.rundir import METRICS
+    from jaxrl_frag.program import compile as compile_program
 
     main_process = is_main_process()  # only process 0 prints and writes
     say = print if main_process else _quiet
@@ -167,7 +175,7 @@ def _run_locked(args: argparse.Namespace, run_dir: Any, algo: Any, members: Memb
     size = f"{'up to ' if algo.iterations_vary else ''}{algo.num_iterations} iterations of " + (
         f"at least {algo.steps_per_iteration} steps (boosted)" if algo.iterations_vary else f"{algo.steps_per_iteration} steps")
     say(f"{args.recipe} on {args.env}: {size} -> {run_dir.path}")
-    program = jf.compile(algo, policy, chunk_iterations=config["chunk_iterations"])  # validates the placement too
+    program = compile_program(algo, policy, chunk_iterations=config["chunk_iterations"])  # validates the placement too
     costs.check_program_fits(program.executables, memory_fix(args, program=True))  # before anything runs
     Interrupt.raise_if_received()  # before anything is written
     say(f"compiled in {program.compile_seconds:.1f} s; {policy.describe()}")
@@ -263,8 +271,8 @@ def _redraw_curve(args: argparse.Namespace, run_dir: Any, start: Any, members: M
     """A complete run's learning curve (in a population, with its summary) drawn again
     from the rows of its last checkpoint, ``start``, where the curve is missing or damaged,
     saying so; the exit status: ``WRITE_FAILED`` where that write fails, else 0."""
+    from jaxrl_frag.app.rundir import CURVE, report_write_failure
     from jaxrl_frag.program import History
-    from jaxrl_frag.rundir import CURVE, report_write_failure
 
     problem = run_dir.curve_problem()
     if problem is None:
@@ -328,7 +336,7 @@ class _Reporter:
     ``done`` too) as they do."""
 
     def __init__(self, run_dir: Any, members: Members | None, algo: Any, done: int, earlier: list[dict[str, Any]]):
-        from jaxrl_frag.progress import Progress
+        from jaxrl_frag.app.progress import Progress
 
         self.run_dir, self.members, self.algo = run_dir, members, algo
         steps = algo.steps_per_iteration
@@ -370,7 +378,7 @@ def _write_population_report(run_dir: Any, history: Any, members: Members,
     import csv
     import io
 
-    from jaxrl_frag import plots, summary
+    from jaxrl_frag.app import plots, summary
     from jaxrl_frag.writes import write_atomically
 
     rows = summary.by_setting(history.last("episode_return"), members, [failure.member for failure in failures])

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from jaxrl_frag.cli import policies
-from jaxrl_frag.cli.algorithm import make_algorithm
-from jaxrl_frag.cli.runtime import enable_compilation_cache
+from jaxrl_frag.app.cli import policies
+from jaxrl_frag.app.cli.algorithm import make_algorithm
+from jaxrl_frag.app.cli.runtime import enable_compilation_cache
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -18,9 +18,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def explain(args: argparse.Namespace) -> int:
-    import jaxrl_frag as jf
+    from jaxrl_frag.app.rundir import check_output, report_write_failure
     from jaxrl_frag.drawing import check_path
-    from jaxrl_frag.rundir import check_output, report_write_failure
+    from jaxrl_frag.program import compile as compile_program
 
     if args.draw is not None:
         check_output("draw", check_path(args.draw))
@@ -28,7 +28,7 @@ def explain(args: argparse.Namespace) -> int:
     algo, _ = make_algorithm(args)
     policy = policies.make_policy(args)
     enable_compilation_cache()
-    program = jf.compile(algo, policy, chunk_iterations=args.chunk_iterations)
+    program = compile_program(algo, policy, chunk_iterations=args.chunk_iterations)
     agents = getattr(getattr(algo, "env", None), "num_agents", None)
     team = f", {agents} agents on the axis after the environment batch" if agents else ""
     print(f"{args.recipe} on {args.env}: {algo.steps_per_iteration} environment steps per iteration{team}")
