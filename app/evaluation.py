@@ -68,9 +68,9 @@ def restore(run_dir: str | Path, member: int | None = None) -> Trained:
             this cannot act for (the actor-learner policy's),
             or ``member`` is not one of the run's.
     """
-    from jaxrl_frag.app.cli.algorithm import make_algorithm
-    from jaxrl_frag.app.cli.resume import saved_train_args
+    from jaxrl_frag.app.build import make_algorithm
     from jaxrl_frag.app.rundir import RunDir
+    from jaxrl_frag.app.training import saved_spec
     from jaxrl_frag.checkpoints import Checkpoints
     from jaxrl_frag.sharding import POLICIES
 
@@ -90,9 +90,7 @@ def restore(run_dir: str | Path, member: int | None = None) -> Trained:
     check(bool(steps), "run_dir", str(run.path),
           f"holds no checkpoint in {run.checkpoints}: a run saves one every --checkpoint-every iterations and at its "
           f"end; let it save one (or continue it: jaxrl-frag resume {run.path})")
-    args = saved_train_args(run, config, {})
-    args.boost_round_seconds = config.get("round_seconds")
-    algo, _ = make_algorithm(args)
+    algo, _ = make_algorithm(saved_spec(run, config, {}), round_seconds=config.get("round_seconds"))
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     shapes = jax.eval_shape(algo.init, jax.ShapeDtypeStruct((2,), jnp.uint32))
     like = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), shapes)

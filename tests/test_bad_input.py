@@ -418,7 +418,7 @@ def test_bad_input_exits_2_with_a_message_and_touches_nothing(
 
 
 def test_an_override_reads_spaces_around_its_equals_sign() -> None:
-    from jaxrl_frag.app.cli.resume import parse_overrides
+    from jaxrl_frag.app.spec import parse_overrides
 
     assert parse_overrides(["total_steps = 4096", " keep_checkpoints= 2 "]) == {"total_steps": 4096, "keep_checkpoints": 2}
 

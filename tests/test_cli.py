@@ -179,11 +179,12 @@ def test_actor_learner_trains_explains_and_resumes_from_the_command_line(tmp_pat
 
 
 def _flag_parser(cls: type):
+    from jaxrl_frag.app import fields
     from jaxrl_frag.app.cli import flags
 
     parser = flags.Parser(prog="jaxrl-frag test")
-    hints = flags.type_hints(cls)
-    made = {f.name: flags.field_flag(cls, f, hints) for f in flags.settings_of(cls)}
+    hints = fields.type_hints(cls)
+    made = {f.name: fields.field_flag(cls, f, hints) for f in fields.settings_of(cls)}
     for flag in made.values():
         flag.add_to(parser)
     return parser, made
@@ -219,7 +220,7 @@ class Settings:
 
 
 def test_flags_are_generated_for_every_supported_field_type(capsys: pytest.CaptureFixture[str]) -> None:
-    from jaxrl_frag.app.cli import flags
+    from jaxrl_frag.app import fields as flags
 
     parser, made = _flag_parser(Settings)
     assert "internal" not in made and made["style"].option == "--look"
@@ -267,11 +268,11 @@ def test_a_field_of_a_type_no_flag_reads_is_named() -> None:
 
 def test_policy_flags_are_generated_from_the_policies_fields_each_shared_flag_once(
         capsys: pytest.CaptureFixture[str]) -> None:
-    from jaxrl_frag.app.cli import flags, policies
+    from jaxrl_frag.app import fields, spec
     from jaxrl_frag.sharding import POLICIES
 
-    generated = {p.flag.option: p for p in policies.policy_flags()}
-    declared = {flags.option_of(f) for cls in POLICIES.values() for f in flags.settings_of(cls)}
+    generated = {p.flag.option: p for p in spec.policy_flags()}
+    declared = {fields.option_of(f) for cls in POLICIES.values() for f in fields.settings_of(cls)}
     assert set(generated) == declared == {"--devices", "--shuffle", "--actor-devices", "--learner-devices",
                                           "--staleness", "--transfer-dtype", "--agent-shards"}
     assert generated["--devices"].fields == {"data-parallel": "devices", "population": "pop"}
@@ -287,17 +288,15 @@ def test_policy_flags_are_generated_from_the_policies_fields_each_shared_flag_on
 
 
 def test_a_population_policy_takes_its_device_count_from_devices() -> None:
-    import argparse
+    from jaxrl_frag.app.build import cpu_devices, make_policy
+    from jaxrl_frag.app.spec import RunSpec
 
-    from jaxrl_frag.app.cli import policies
-
-    args = argparse.Namespace(policy="population", devices=2, shuffle="exact", seeds=2, sweep=[], actor_devices=1,
-                              learner_devices=1, staleness=1, transfer_dtype="float32")
-    policy = policies.make_policy(args)
+    settings = {"devices": 2, "shuffle": "exact", "actor_devices": 1, "learner_devices": 1, "staleness": 1,
+                "transfer_dtype": "float32"}
+    policy = make_policy(RunSpec("ppo", "CartPole-v1", policy="population", policy_settings=settings, seeds=2))
     assert type(policy).__name__ == "PopulationParallel" and policy.mesh.shape["pop"] == 2 and policy.shuffle == "exact"
-    assert policies.cpu_devices(args) == 2
-    assert policies.cpu_devices(argparse.Namespace(**{**vars(args), "devices": None, "policy": "actor-learner",
-                                                      "actor_devices": 3, "learner_devices": 2})) == 5
+    assert cpu_devices("population", settings) == 2
+    assert cpu_devices("actor-learner", {**settings, "devices": None, "actor_devices": 3, "learner_devices": 2}) == 5
 
 
 # -- forcing CPU devices after jax started ---------------------------------------------------------

@@ -18,7 +18,8 @@ worker fails with status 4, one that cannot write its files (a full disk) with s
 5; SIGINT or SIGTERM saves a checkpoint and exits 0.
 
 One module per command (``train``, ``resume``, ``evaluate``, ``explain``, ``envs``); ``parser``
-builds the parser, ``algorithm`` what train and explain build, ``runtime`` what must
+builds the parser, ``spec_flags`` the ``RunSpec`` that train's and explain's flags make
+(the only thing flags become: what runs is ``jaxrl_frag.app``'s), ``runtime`` what must
 be set before jax starts.
 """
 
@@ -29,7 +30,7 @@ from collections.abc import Sequence
 
 from jaxrl_frag.app.cli import runtime
 from jaxrl_frag.app.cli.parser import build_parser
-from jaxrl_frag.app.cli.signals import Interrupt
+from jaxrl_frag.app.signals import Interrupt
 from jaxrl_frag.errors import ENV_WORKER_FAILED, INTERRUPTED, NON_FINITE, USAGE_ERROR, WRITE_FAILED, ConfigError
 
 runtime.watch_backend()  # to say what started jax, should it start before the command sets its devices

@@ -9,20 +9,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from jaxrl_frag.app.cli import flags
+from jaxrl_frag.app import fields
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, help="the run directory (holds config.json and checkpoints/)")
-    parser.add_argument("--episodes", type=flags.parse_int, default=10, help="complete episodes to play (default 10)")
+    parser.add_argument("--episodes", type=fields.parse_int, default=10, help="complete episodes to play (default 10)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--greedy", dest="greedy", action="store_true", default=True,
                       help="the deterministic action: the most likely one, the Gaussian's mean, the greedy Q-value's "
                            "(the default)")
     mode.add_argument("--sample", dest="greedy", action="store_false",
                       help="draw actions from the policy (DQN and PQN: epsilon-greedy at the run's --epsilon-end)")
-    parser.add_argument("--seed", type=flags.parse_int, default=0, help="seed of the environments and draws (default 0)")
-    parser.add_argument("--member", type=flags.parse_int, default=None,
+    parser.add_argument("--seed", type=fields.parse_int, default=0, help="seed of the environments and draws (default 0)")
+    parser.add_argument("--member", type=fields.parse_int, default=None,
                         help="a population's member to evaluate (default 0)")
     parser.add_argument("--video", type=Path, default=None, metavar="PATH.gif|PATH.mp4",
                         help="also draw one episode into this animated GIF or MP4 (CartPole-v1, Pendulum-v1)")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from jaxrl_frag.app.cli import policies
-from jaxrl_frag.app.cli.algorithm import make_algorithm
-from jaxrl_frag.app.cli.runtime import enable_compilation_cache
+from jaxrl_frag.app.build import make_algorithm, make_policy
+from jaxrl_frag.app.cli.spec_flags import run_spec
+from jaxrl_frag.app.compilation_cache import enable_compilation_cache
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -25,13 +25,14 @@ def explain(args: argparse.Namespace) -> int:
     if args.draw is not None:
         check_output("draw", check_path(args.draw))
 
-    algo, _ = make_algorithm(args)
-    policy = policies.make_policy(args)
+    spec = run_spec(args)
+    algo, _ = make_algorithm(spec, capped=False)
+    policy = make_policy(spec)
     enable_compilation_cache()
-    program = compile_program(algo, policy, chunk_iterations=args.chunk_iterations)
+    program = compile_program(algo, policy, chunk_iterations=spec.chunk_iterations)
     agents = getattr(getattr(algo, "env", None), "num_agents", None)
     team = f", {agents} agents on the axis after the environment batch" if agents else ""
-    print(f"{args.recipe} on {args.env}: {algo.steps_per_iteration} environment steps per iteration{team}")
+    print(f"{spec.recipe} on {spec.env}: {algo.steps_per_iteration} environment steps per iteration{team}")
     explanation = program.explain()
     print(explanation)
     if args.draw is not None:

@@ -7,7 +7,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from jaxrl_frag.app.cli import algorithm, envs, evaluate, explain, flags, policies, resume, runtime, train
+from jaxrl_frag.app import fields
+from jaxrl_frag.app.cli import envs, evaluate, explain, flags, policies, resume, runtime, spec_flags, train
 from jaxrl_frag.errors import ConfigError
 
 _COMMANDS_WITH_RECIPES = ("train", "explain")
@@ -29,30 +30,30 @@ def _summary(name: str, load: bool) -> str:
 def _add_recipe_command(sub: argparse.ArgumentParser, command: str, recipe: type) -> None:
     """The flags of ``command`` (train or explain) with ``recipe``."""
     sub.add_argument("--env", required=True, help="environment id (see `jaxrl-frag envs`)")
-    sub.add_argument("--seed", type=flags.parse_int, default=0, help="random seed (default 0)")
+    sub.add_argument("--seed", type=fields.parse_int, default=0, help="random seed (default 0)")
     policies.add_flags(sub)
     runtime.add_runtime_flags(sub)
-    sub.add_argument("--chunk-iterations", type=flags.parse_int, default=None,
+    sub.add_argument("--chunk-iterations", type=fields.parse_int, default=None,
                      help="iterations per row of metrics.csv (default: 50 rows per run)")
-    sub.add_argument("--seeds", type=flags.parse_int, default=1,
+    sub.add_argument("--seeds", type=fields.parse_int, default=1,
                      help="train this many seeds (from --seed on) as one population (default 1)")
     sub.add_argument("--sweep", action="append", default=[], metavar="NAME=V1,V2|NAME=DIST:LOW:HIGH",
                      help="sweep a hyperparameter over values, or draw it from uniform/loguniform "
                           "(with --samples); repeatable; every setting runs with every seed")
-    sub.add_argument("--samples", type=flags.parse_int, default=None, help="random-search settings to draw")
+    sub.add_argument("--samples", type=fields.parse_int, default=None, help="random-search settings to draw")
     if command == "explain":
         explain.add_flags(sub)
     else:
         train.add_flags(sub)
     try:
-        algorithm.add_recipe_flags(sub, recipe)
-    except flags.UnsupportedField as error:  # the recipe's author's to fix
+        spec_flags.add_recipe_flags(sub, recipe)
+    except fields.UnsupportedField as error:  # the recipe's author's to fix
         raise ConfigError("recipe", recipe.__name__, str(error)) from None
     except argparse.ArgumentError as error:  # a setting named as one of the command line's own flags
         raise ConfigError("recipe", recipe.__name__, f"a setting's flag clashes with the command line's own: {error}; "
                                                      "rename the field, or give it another flag in its metadata") from None
     if command == "train":
-        algorithm.add_boost_flags(sub)
+        spec_flags.add_boost_flags(sub)
     handler = explain.explain if command == "explain" else train.train
     sub.set_defaults(handler=handler, recipe_cls=recipe)
 
@@ -101,9 +102,9 @@ def _elsewhere(name: str, recipe: type) -> dict[str, str]:
     each with the recipes that take it."""
     from jaxrl_frag import recipes
 
-    own = {flags.option_of(f) for f in flags.settings_of(recipe)}
+    own = {fields.option_of(f) for f in fields.settings_of(recipe)}
     takers: dict[str, list[str]] = {}
     for other, cls in recipes.RECIPES.items():
-        for option in {flags.option_of(f) for f in flags.settings_of(cls)} - own:
+        for option in {fields.option_of(f) for f in fields.settings_of(cls)} - own:
             takers.setdefault(option, []).append(other)
     return {option: f"a setting of {', '.join(names)}, not of {name}" for option, names in takers.items()}

@@ -12,14 +12,16 @@ imported: the first operation's compile), and what to set before it.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from jaxrl_frag.app import fields
+from jaxrl_frag.app.build import cpu_devices, devices_flags
 from jaxrl_frag.app.cli import flags, policies
+from jaxrl_frag.app.spec import parse_overrides, policy_kinds
 from jaxrl_frag.bounds import CPU_DEVICES_MAX, INT32_MAX, check_count
 from jaxrl_frag.errors import check
 
@@ -131,9 +133,9 @@ def add_runtime_flags(parser: argparse.ArgumentParser) -> None:
     """The multi-process runtime's flags."""
     parser.add_argument("--coordinator", default=None, metavar="HOST:PORT",
                         help="multi-process run: address of process 0's coordinator (or $JAXRL_FRAG_COORDINATOR)")
-    parser.add_argument("--num-processes", type=flags.parse_int, default=None,
+    parser.add_argument("--num-processes", type=fields.parse_int, default=None,
                         help="multi-process run: number of processes")
-    parser.add_argument("--process-id", type=flags.parse_int, default=None, help="multi-process run: this process's index")
+    parser.add_argument("--process-id", type=fields.parse_int, default=None, help="multi-process run: this process's index")
     parser.add_argument("--join-timeout", type=_seconds, default=None, metavar="SECONDS",
                         help="multi-process run: give up (exit status 2, naming the processes that never joined) after "
                              "waiting this long for the others to start (or $JAXRL_FRAG_JOIN_TIMEOUT; default 300)")
@@ -164,42 +166,24 @@ def configure_runtime(argv: Sequence[str] | None) -> None:
         early.add_argument("--override", action="append", default=[])
         resume = early.parse_known_args(argv[1:])[0]
         if resume.run_dir is not None:
-            from jaxrl_frag.app.cli.resume import parse_overrides
             from jaxrl_frag.app.rundir import RunDir
 
             run_dir = RunDir(resume.run_dir)
             saved = {**run_dir.read_config()["settings"], **parse_overrides(resume.override)}
-            for name, kind in policies.kinds().items():
+            for name, kind in policy_kinds().items():
                 value = saved.get(name, getattr(args, name))
                 try:
                     setattr(args, name, value if value is None else kind.load(value))
                 except ValueError:
                     raise run_dir.config_error(
                         f"holds {name}={value!r}, which --{name.replace('_', '-')} cannot be") from None
-    devices = policies.cpu_devices(args)
+    settings = policies.given(args)
+    devices = cpu_devices(args.policy, settings)
     if devices is not None:
         check_count("devices", devices, CPU_DEVICES_MAX,
                     "on CPU it forces that many host devices: XLA's CPU client takes half a minute to start 8,192, "
                     "twenty minutes 16,384, and aborts from 32,768; an accelerator keeps the devices it has")
-        force_cpu_devices(devices, policies.devices_flags(args))
+        force_cpu_devices(devices, devices_flags(args.policy, settings))
     if args.num_processes is not None:
         check_count("num_processes", args.num_processes, INT32_MAX, "jax's distributed runtime counts in int32")
     distributed.initialize(args.coordinator, args.num_processes, args.process_id, join_timeout=args.join_timeout)
-
-
-def compilation_cache_dir() -> Path:
-    """Where the command line keeps XLA's compiled programs: ``$JAXRL_FRAG_CACHE_DIR``, else
-    ``jaxrl_frag/xla`` in the user's cache directory (``$XDG_CACHE_HOME``, else ``~/.cache``)."""
-    if os.environ.get("JAXRL_FRAG_CACHE_DIR"):
-        return Path(os.environ["JAXRL_FRAG_CACHE_DIR"])
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    user_cache = Path(xdg) if Path(xdg).is_absolute() else Path.home() / ".cache"  # a relative one is ignored, as the spec says
-    return user_cache / "jaxrl_frag" / "xla"
-
-
-def enable_compilation_cache() -> None:
-    import jax
-
-    cache = str(compilation_cache_dir())
-    jax.config.update("jax_compilation_cache_dir", cache)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
