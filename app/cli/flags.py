@@ -12,6 +12,7 @@ import typing
 from collections.abc import Sequence
 from typing import Any
 
+from jaxrl_frag.app import fields
 from jaxrl_frag.errors import USAGE_ERROR
 
 # a negative number in any form ``float`` reads (-3, -1e-3, -.5, -inf) is a flag's value, not a flag: the
@@ -61,3 +62,7 @@ class Parser(argparse.ArgumentParser):
         self.exit(USAGE_ERROR, f"jaxrl-frag: error: {message}\nrun '{self.prog} --help' for the settings\n")
 
 
+def given_values(args: argparse.Namespace, flags: Sequence[fields.Flag]) -> dict[str, Any]:
+    """The values of ``flags`` that ``args`` holds, by destination: those set (``none`` as ``None``)."""
+    return {flag.dest: fields.given(getattr(args, flag.dest)) for flag in flags
+            if getattr(args, flag.dest, None) is not None}

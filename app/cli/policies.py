@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from jaxrl_frag.app.cli import flags
 from jaxrl_frag.app.spec import policy_flags, policy_names
 
 
@@ -25,4 +26,4 @@ def add_flags(parser: argparse.ArgumentParser, choices: bool = True) -> None:
 
 def given(args: argparse.Namespace) -> dict[str, object]:
     """The policy settings that ``args`` holds, by name (those set)."""
-    return {p.flag.dest: getattr(args, p.flag.dest) for p in policy_flags() if getattr(args, p.flag.dest, None) is not None}
+    return flags.given_values(args, [p.flag for p in policy_flags()])

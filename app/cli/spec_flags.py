@@ -5,10 +5,8 @@ where parsed flags become a specification."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from jaxrl_frag.app import fields
-from jaxrl_frag.app.cli import policies
+from jaxrl_frag.app.cli import flags, policies
 from jaxrl_frag.app.spec import RunSpec, boost_flags, recipe_flags
 
 # train's and explain's settings that are the specification's own fields, by the same name
@@ -39,16 +37,10 @@ def add_boost_flags(parser: argparse.ArgumentParser) -> None:
                             "and cost (implied by --budget-cost)")
 
 
-def _given(args: argparse.Namespace, flags: tuple[fields.Flag, ...]) -> dict[str, Any]:
-    """The values of ``flags`` that ``args`` holds, by destination: those given (``none`` as ``None``)."""
-    return {flag.dest: fields.given(getattr(args, flag.dest)) for flag in flags
-            if getattr(args, flag.dest, None) is not None}
-
-
 def run_spec(args: argparse.Namespace) -> RunSpec:
     """The run that the parsed flags of ``train`` or ``explain`` (which lacks train's
     checkpoint, evaluation and boosting flags: their defaults) describe."""
-    boost = {dest[len("boost_"):]: value for dest, value in _given(args, boost_flags()).items()}
-    return RunSpec(args.recipe, args.env, recipe_settings=_given(args, recipe_flags(args.recipe_cls)),
+    boost = {dest[len("boost_"):]: value for dest, value in flags.given_values(args, boost_flags()).items()}
+    return RunSpec(args.recipe, args.env, recipe_settings=flags.given_values(args, recipe_flags(args.recipe_cls)),
                    policy=args.policy, policy_settings=policies.given(args), sweep=tuple(args.sweep), boost_settings=boost,
                    **{name: getattr(args, name) for name in _OWN if hasattr(args, name)})
