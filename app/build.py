@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from jaxrl_frag.app import fields
-from jaxrl_frag.app.spec import EVAL_EPISODES, PER_PROCESS, RunSpec, policy_flags
+from jaxrl_frag.app.spec import EVAL_EPISODES, PER_PROCESS, RunSpec, policy_flags, transform_settings_of
 from jaxrl_frag.bounds import MEMBERS_MAX, SEED_MAX, check_count
 from jaxrl_frag.errors import ConfigError, check
 
@@ -93,6 +93,8 @@ def make_algorithm(spec: RunSpec, *, capped: bool = True, round_seconds: Any = N
         algorithms = [evaluated.replace(algorithm=a) for a in algorithms]
     if calibrating:
         algorithms = _calibrated(algorithms, round_seconds)
+    if spec.transforms:
+        algorithms = [_transformed(spec, a) for a in algorithms]
     if members is None:
         return algorithms[0], None
     return Population.of(algorithms, [seed for _, seed in members]), members
@@ -145,9 +147,9 @@ def check_policy_runs(spec: RunSpec) -> None:
     """Refuse a policy that does not run what ``spec`` makes: a population (several seeds
     or a sweep) or one algorithm, boosted or not, as the policy declares
     (``sharding.runs``); the fix names the policies that do."""
-    from jaxrl_frag.sharding import POLICIES, running, runs
+    from jaxrl_frag.sharding import get, running, runs
 
-    declared = runs(POLICIES[spec.policy])
+    declared = runs(get(spec.policy))
     given = [*(["--seeds"] if spec.seeds > 1 else []), *(["--sweep"] if spec.sweep else [])]
     made = " with ".join([*([f"--seeds {spec.seeds}"] if spec.seeds > 1 else []),
                           *([f"--sweep {spec.sweep[0]}"] if spec.sweep else [])])
@@ -194,6 +196,17 @@ def memory_fix(spec: RunSpec, program: bool) -> str:
     return fix
 
 
+def _transformed(spec: RunSpec, algorithm: Any) -> Any:
+    """``algorithm`` with the plugin transforms of ``spec`` applied, in order, each with its settings."""
+    from jaxrl_frag import transforms
+
+    for name in spec.transforms:
+        own = {field: spec.transform_settings[dest] for dest, field in transform_settings_of(name).items()
+               if dest in spec.transform_settings}
+        algorithm = transforms.get(name).create(algorithm, **own)
+    return algorithm
+
+
 def _calibrated(algorithms: list[Any], round_seconds: Any) -> list[Any]:
     """Boosted ``algorithms`` with their rounds' device-seconds ``round_seconds``, or
     measured (one calibration serves every member: the rounds' sizes do not depend on them)."""
@@ -237,9 +250,9 @@ def make_policy(spec: RunSpec) -> Any:
     times the run's processes)."""
     import jax
 
-    from jaxrl_frag.sharding import POLICIES
+    from jaxrl_frag import sharding
 
-    cls = POLICIES[spec.policy]
+    cls = sharding.get(spec.policy)
     kwargs = {}
     for policy_flag in policy_flags():
         field, value = policy_flag.fields.get(spec.policy), spec.policy_settings.get(policy_flag.flag.dest)
@@ -267,3 +280,29 @@ def resolved_config(spec: RunSpec, algo: Any) -> dict[str, Any]:
             "samples": spec.samples, **{k: policy[k] for k in ("policy", *(p.flag.dest for p in policy_flags()))},
             "chunk_iterations": chunk, "checkpoint_every": every, "keep_checkpoints": spec.keep_checkpoints,
             **algo.config()}
+
+
+def resolved_spec(spec: RunSpec) -> RunSpec:
+    """``spec`` with the defaults it leaves filled in as its run takes them: the recipe's
+    for its environment (but settings swept, and a boosted run's ``num_envs``), boosting's,
+    and the row and checkpoint intervals. Validated as the run is."""
+    from jaxrl_frag import transforms
+    from jaxrl_frag.app.spec import recipe_flags
+    from jaxrl_frag.transforms.boost import Boosted
+
+    algo, _ = make_algorithm(spec, capped=False)
+    config = resolved_config(spec, algo)
+    recipe = spec.recipe_cls.create(spec.env, **spec.recipe_settings)
+    left = {flag.dest for flag in recipe_flags(spec.recipe_cls)} - {s.partition("=")[0].strip() for s in spec.sweep}
+    if spec.boosting:
+        left.discard("num_envs")
+    boost = {name: value for name, value in Boosted.defaults().items() if name != "strategy"} if spec.boosting else {}
+    transform = {}
+    for name in spec.transforms:
+        defaults = {f.name: f.default for f in dataclasses.fields(transforms.get(name))}
+        transform.update({dest: defaults[field] for dest, field in transform_settings_of(name).items()
+                          if defaults[field] is not dataclasses.MISSING})
+    return spec.replace(recipe_settings={**{name: getattr(recipe, name) for name in sorted(left)}, **spec.recipe_settings},
+                        boost_settings={**boost, **spec.boost_settings},
+                        transform_settings={**transform, **spec.transform_settings},
+                        chunk_iterations=config["chunk_iterations"], checkpoint_every=config["checkpoint_every"])

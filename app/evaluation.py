@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_frag.algorithms import innermost
 from jaxrl_frag.bounds import check_count
 from jaxrl_frag.envs import Acting
 from jaxrl_frag.errors import check
@@ -68,16 +69,16 @@ def restore(run_dir: str | Path, member: int | None = None) -> Trained:
             this cannot act for (the actor-learner policy's),
             or ``member`` is not one of the run's.
     """
+    from jaxrl_frag import sharding
     from jaxrl_frag.app.build import make_algorithm
     from jaxrl_frag.app.rundir import RunDir
     from jaxrl_frag.app.training import saved_spec
     from jaxrl_frag.checkpoints import Checkpoints
-    from jaxrl_frag.sharding import POLICIES
 
     run = RunDir(run_dir)
     config = run.read_config()
     settings = config["settings"]
-    policy = POLICIES[settings.get("policy", "single")]
+    policy = sharding.get(settings.get("policy", "single"))
     size = config.get("members")
     if size is None:
         check(member in (None, 0), "member", member, "the run is not a population (it has one member): drop --member")
@@ -102,24 +103,8 @@ def restore(run_dir: str | Path, member: int | None = None) -> Trained:
     check(checkpoint is not None, "run_dir", str(run.path),
           f"holds no usable checkpoint in {run.checkpoints} (the warnings above say why); continue the run to save "
           f"one: jaxrl-frag resume {run.path}")
-    recipe, state = _recipe_of(algo, policy.algorithm_part(checkpoint.state), member)
+    recipe, state = innermost(algo, policy.algorithm_part(checkpoint.state), member)
     return Trained(recipe, state, checkpoint.iteration, member)
-
-
-def _recipe_of(algo: Any, state: PyTree, member: int | None) -> tuple[Recipe, PyTree]:
-    """The recipe and its state inside a population's ``member``, a run evaluated during
-    training and a boosted run."""
-    from jaxrl_frag.transforms import Population
-    from jaxrl_frag.transforms.boost import Boosted
-    from jaxrl_frag.transforms.evaluated import Evaluated
-
-    if isinstance(algo, Population):
-        algo, state = jax.tree.map(lambda x: x[member], (algo.members, state))
-    if isinstance(algo, Evaluated):
-        algo, state = algo.algorithm, algo.split(state)[0]
-    if isinstance(algo, Boosted):
-        algo, state = algo.recipe, state.pool
-    return algo, state
 
 
 def check_episodes(episodes: int) -> None:

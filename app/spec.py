@@ -8,6 +8,10 @@ recipe's (``recipe_settings``, only those given: the recipe's defaults, which ma
 on the environment, fill the rest), the distribution policy's (``policy_settings``, by
 flag name: policies share ``--devices`` and ``--shuffle``) and adaptive actor boosting's
 (``boost_settings``, but its strategy, ``boost``).
+
+A run can also be written as a TOML file (``from_toml``, ``to_toml``): the same flat
+table as config.json's ``settings``, each value as config.json holds it or as its flag's
+text in quotes (``total_steps = "5e5"``, ``max_grad_norm = "none"``).
 """
 
 from __future__ import annotations
@@ -15,7 +19,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import json
+import math
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from jaxrl_frag.app import fields
@@ -51,6 +59,34 @@ def boost_flags() -> tuple[fields.Flag, ...]:
                  for field in Boosted.settings() if field.name != "strategy")
 
 
+def transform_flags() -> tuple[fields.Flag, ...]:
+    """The settings of every plugin transform that loads: ``--NAME-SETTING``, by destination ``NAME_SETTING``."""
+    from jaxrl_frag import transforms
+
+    return _transform_flags(tuple(transforms.plugins_loaded().items()))
+
+
+@functools.cache
+def _transform_flags(loaded: tuple[tuple[str, type], ...]) -> tuple[fields.Flag, ...]:
+    out = []
+    for name, cls in loaded:
+        hints = fields.type_hints(cls)
+        for field in fields.settings_of(cls):
+            flag = fields.field_flag(cls, field, hints)
+            option = f"--{name}-{fields.option_of(field)[2:]}"
+            out.append(dataclasses.replace(flag, option=option, dest=option[2:].replace("-", "_"),
+                                           help=f"{name}: {flag.help}"))
+    return tuple(out)
+
+
+def transform_settings_of(name: str) -> dict[str, str]:
+    """The settings of plugin transform ``name``: field name by destination."""
+    from jaxrl_frag import transforms
+
+    prefix = f"{name.replace('-', '_')}_"
+    return {f"{prefix}{field.name}": field.name for field in fields.settings_of(transforms.get(name))}
+
+
 @dataclasses.dataclass(frozen=True)
 class PolicyFlag:
     """A flag of one or more policies: the flag, and the field it sets in each."""
@@ -60,19 +96,19 @@ class PolicyFlag:
 
 
 def policy_names() -> tuple[str, ...]:
-    """The distribution policies' names, in ``sharding.POLICIES`` order."""
-    from jaxrl_frag.sharding import POLICIES
+    """The distribution policies' names: the shipped ones, then the plugins'."""
+    from jaxrl_frag import sharding
 
-    return tuple(POLICIES)
+    return tuple(sharding.names())
 
 
 def policy_flags() -> tuple[PolicyFlag, ...]:
     """Every policy's flags, each shared flag once, in the order the policies first declare
     them. A flag that several policies share (``--shuffle``, ``--devices``) is defined
     once, with each policy's help; they must read alike and share a default."""
-    from jaxrl_frag.sharding import POLICIES
+    from jaxrl_frag import sharding
 
-    return _policy_flags(tuple(POLICIES.items()))
+    return _policy_flags(tuple(sharding.policies().items()))
 
 
 @functools.cache
@@ -118,6 +154,7 @@ def boost_kinds() -> dict[str, fields.Kind]:
 
 # how the run's own settings read, by name (the policies', the recipe's and boosting's come from their dataclasses)
 _OWN_KINDS = {"recipe": fields.STR, "env": fields.STR, "seed": fields.INT, "seeds": fields.INT, "sweep": fields.TEXTS,
+              "transforms": fields.TEXTS,
               "samples": fields.optional(fields.INT, None), "chunk_iterations": fields.optional(fields.INT, None),
               "checkpoint_every": fields.optional(fields.INT, None), "keep_checkpoints": fields.INT,
               "eval_every": fields.optional(fields.INT, None), "eval_episodes": fields.optional(fields.INT, None)}
@@ -126,16 +163,18 @@ _OWN_KINDS = {"recipe": fields.STR, "env": fields.STR, "seed": fields.INT, "seed
 def setting_kinds(recipe: type) -> dict[str, fields.Kind]:
     """How each setting of a run of ``recipe`` reads (from a flag's text, or saved in
     config.json), by its name in config.json."""
-    return {**_OWN_KINDS, **policy_kinds(), **boost_kinds(), **{f.dest: f.kind for f in recipe_flags(recipe)}}
+    return {**_OWN_KINDS, **policy_kinds(), **boost_kinds(), **{f.dest: f.kind for f in transform_flags()},
+            **{f.dest: f.kind for f in recipe_flags(recipe)}}
 
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
     """Everything a run is: the recipe and its settings on an environment, the seeds (one
     run, or a population of ``seeds`` per setting of ``sweep``), the distribution policy
-    and its settings, adaptive actor boosting, evaluation during training, and the rows
-    and checkpoints it writes. Settings left unset (``None``) take their defaults as the
-    run is built."""
+    and its settings, adaptive actor boosting, evaluation during training, the plugin
+    transforms it applies in order (``transforms``; their settings by ``NAME_SETTING``),
+    and the rows and checkpoints it writes. Settings left unset (``None``) take their
+    defaults as the run is built."""
 
     recipe: str
     env: str
@@ -151,9 +190,47 @@ class RunSpec:
     boost_calibrate: bool = False
     eval_every: int | None = None
     eval_episodes: int | None = None
+    transforms: tuple[str, ...] = ()
+    transform_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     chunk_iterations: int | None = None
     checkpoint_every: int | None = None
     keep_checkpoints: int = 3
+
+    def __post_init__(self) -> None:
+        """Refuses (``ConfigError``) a setting that a run of this recipe does not take;
+        completes ``policy_settings`` with the policies' defaults (config.json records
+        them) and drops a setting given as ``None`` that cannot be none (unset), so that
+        a specification read back equals the one written."""
+        self._check_names()
+        given = {p.flag.dest: self.policy_settings.get(p.flag.dest, p.flag.default) for p in policy_flags()}
+        object.__setattr__(self, "policy_settings", {name: value for name, value in given.items() if value is not None})
+        kinds = setting_kinds(self.recipe_cls)
+        for family, prefix in (("recipe_settings", ""), ("boost_settings", "boost_"), ("transform_settings", "")):
+            object.__setattr__(self, family, {name: value for name, value in getattr(self, family).items()
+                                              if value is not None or kinds[prefix + name].optional})
+
+    def _check_names(self) -> None:
+        """``ConfigError`` for a policy, transform or setting of another name than the run's can be."""
+        from jaxrl_frag import transforms
+
+        check(self.policy in policy_names(), "policy", self.policy, f"one of {', '.join(policy_names())}")
+        for family, given, known in (
+                ("recipe_settings", self.recipe_settings, {f.dest for f in recipe_flags(self.recipe_cls)}),
+                ("policy_settings", self.policy_settings, {p.flag.dest for p in policy_flags()}),
+                ("boost_settings", self.boost_settings, {f.dest[len("boost_"):] for f in boost_flags()})):
+            unknown = sorted(set(given) - known)
+            check(not unknown, family, ", ".join(unknown),
+                  f"not a setting of `train {self.recipe}`; its settings: {', '.join(sorted(known))}")
+        check(len(set(self.transforms)) == len(self.transforms), "transforms", list(self.transforms),
+              "apply each transform once")
+        applied = {dest for name in self.transforms for dest in transform_settings_of(name)}
+        stray = sorted(set(self.transform_settings) - applied)
+        if stray:
+            owner = [name for name in transforms.plugins_loaded() if stray[0] in transform_settings_of(name)]
+            option = "--" + stray[0].replace("_", "-")
+            raise ConfigError("transform_settings", stray[0], (
+                f"{option} is a setting of the transform {owner[0]}, which this run does not apply: add --transform "
+                f"{owner[0]}, or drop {option}") if owner else "not a setting of an installed transform")
 
     @functools.cached_property
     def recipe_cls(self) -> type:
@@ -178,7 +255,8 @@ class RunSpec:
     def to_json(self) -> dict[str, Any]:
         """The specification as config.json's ``settings`` record it: a flat object, every
         policy setting by name (its default where unset: ``null`` for one without), the
-        recipe's and boosting's given ones (boosting's prefixed ``boost_``)."""
+        recipe's, boosting's and the transforms' given ones (boosting's prefixed ``boost_``);
+        ``transforms`` only where there are any (as a run before them wrote it)."""
         kinds = setting_kinds(self.recipe_cls)
         given = {**{f"boost_{k}": v for k, v in self.boost_settings.items()}, **self.recipe_settings}
         return {"recipe": self.recipe, "env": self.env, "seed": self.seed, "seeds": self.seeds, "sweep": list(self.sweep),
@@ -187,7 +265,8 @@ class RunSpec:
                 "chunk_iterations": self.chunk_iterations, "checkpoint_every": self.checkpoint_every,
                 "keep_checkpoints": self.keep_checkpoints, "boost": self.boost, "boost_calibrate": self.boost_calibrate,
                 "eval_every": self.eval_every, "eval_episodes": self.eval_episodes,
-                **{k: kinds[k].dump(v) for k, v in given.items()}}
+                **({"transforms": list(self.transforms)} if self.transforms else {}),
+                **{k: kinds[k].dump(v) for k, v in {**self.transform_settings, **given}.items()}}
 
     @classmethod
     def from_json(cls, settings: Mapping[str, Any], problem: Callable[[str], Exception] | None = None) -> RunSpec:
@@ -196,21 +275,19 @@ class RunSpec:
         its default. Raises ``problem(what)`` (default: a ``ConfigError`` on ``settings``)
         where it names no recipe this installation has, a setting that a run of its
         recipe does not take, or a value its flag could not give."""
-        from jaxrl_frag import recipes
-
         fail = problem or (lambda what: ConfigError("settings", "", what))
-        recipe = settings.get("recipe")
-        if recipe not in recipes.names():
-            raise fail(f"names the recipe {recipe!r}, not one of {', '.join(recipes.names())}")
-        recipe_cls = recipes.get(recipe)
+        recipe_cls = recipe_cls_of(settings, fail)
+        recipe = settings["recipe"]
         kinds = setting_kinds(recipe_cls)
         policy = {p.flag.dest for p in policy_flags()}
         boost = {flag.dest for flag in boost_flags()}
-        optional_recipe = {f.dest for f in recipe_flags(recipe_cls)} | boost
+        transform = {flag.dest for flag in transform_flags()}
+        optional_recipe = {f.dest for f in recipe_flags(recipe_cls)} | boost | transform
         own: dict[str, Any] = {}
         recipe_settings: dict[str, Any] = {}
         policy_settings: dict[str, Any] = {}
         boost_settings: dict[str, Any] = {}
+        transform_settings: dict[str, Any] = {}
         for name, value in settings.items():
             if name not in kinds:
                 raise fail(f"holds the setting {name!r}, which `train {recipe}` does not take")
@@ -225,11 +302,74 @@ class RunSpec:
                     policy_settings[name] = loaded
             elif name in boost:
                 boost_settings[name[len("boost_"):]] = fields.given(loaded)
+            elif name in transform:
+                transform_settings[name] = fields.given(loaded)
             elif name in _OWN_KINDS or name in ("policy", "boost", "boost_calibrate"):
-                own[name] = tuple(loaded) if name == "sweep" else loaded
+                own[name] = tuple(loaded) if name in ("sweep", "transforms") else loaded
             else:
                 recipe_settings[name] = fields.given(loaded)
-        return cls(**own, recipe_settings=recipe_settings, policy_settings=policy_settings, boost_settings=boost_settings)
+        return cls(**own, recipe_settings=recipe_settings, policy_settings=policy_settings, boost_settings=boost_settings,
+                   transform_settings=transform_settings)
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> RunSpec:
+        """The run that the TOML file ``path`` writes (module docstring); ``ConfigError``
+        naming the file where it cannot be read, or holds what ``from_json`` refuses."""
+        path = Path(path)
+
+        def problem(what: str) -> ConfigError:
+            return ConfigError("config", str(path), f"{what}; write each setting as config.json holds it, or as its "
+                                                    "flag's text in quotes (total_steps = \"5e5\")")
+
+        try:
+            table = tomllib.loads(path.read_text())
+        except OSError as error:
+            raise ConfigError("config", str(path), f"cannot be read ({error.strerror}); give a TOML file") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+            raise ConfigError("config", str(path), f"is not TOML ({error})") from None
+        kinds = setting_kinds(recipe_cls_of(table, problem))
+        for name, value in table.items():
+            if isinstance(value, str) and name in kinds and kinds[name] is not fields.STR:
+                try:  # the flag's text, as config.json would hold it
+                    table[name] = kinds[name].dump(kinds[name].parse(value))
+                except (ValueError, argparse.ArgumentTypeError):
+                    raise problem(f"holds {name}={value!r}, which --{name.replace('_', '-')} cannot be") from None
+        return cls.from_json(table, problem)
+
+    def to_toml(self) -> str:
+        """The specification as a TOML file that ``from_toml`` reads back: config.json's
+        ``settings``, but those unset (TOML has no null; an optional setting set to none
+        is written ``"none"``)."""
+        kinds = setting_kinds(self.recipe_cls)
+        lines = []
+        for name, value in self.to_json().items():
+            if value is None:
+                if not kinds[name].optional or kinds[name].load(None) is None:
+                    continue  # unset: its default
+                value = "none"
+            lines.append(f"{name} = {_toml_value(value)}")
+        return "\n".join(lines) + "\n"
+
+
+def recipe_cls_of(settings: Mapping[str, Any], problem: Callable[[str], Exception]) -> type:
+    """The recipe class that ``settings`` names; raises ``problem(what)`` where they name none this installation has."""
+    from jaxrl_frag import recipes
+
+    recipe = settings.get("recipe")
+    if recipe not in recipes.names():
+        raise problem(f"names the recipe {recipe!r}, not one of {', '.join(recipes.names())}")
+    return recipes.get(recipe)
+
+
+def _toml_value(value: Any) -> str:
+    """``value`` (JSON-ready: text, a number, on/off, a list of them) written as TOML."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(value)  # text (JSON's escapes are TOML's), and numbers as TOML writes them
 
 
 def parse_overrides(specs: Sequence[str]) -> dict[str, Any]:

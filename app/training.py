@@ -129,18 +129,42 @@ def _run_locked(spec: RunSpec, run_dir: Any, algo: Any, members: Members | None,
     """``run``'s work; ``run`` closes ``run_dir``, releasing its lock."""
     import jax
 
-    from jaxrl_frag import costs
-    from jaxrl_frag.app.rundir import METRICS
     from jaxrl_frag.checkpoints import Checkpoints
     from jaxrl_frag.distributed import is_main_process
-    from jaxrl_frag.envs import EnvWorkerError
-    from jaxrl_frag.errors import NonFiniteError
-    from jaxrl_frag.program import compile as compile_program
 
     main_process = is_main_process()  # only process 0 prints and writes
     say = print if main_process else _quiet
     if main_process and resume:
         run_dir.lock()  # a new run's directory is locked as it is made, once compiled
+    program, policy = _compile(spec, run_dir, algo, config, say)
+    if main_process and not resume:
+        run_dir.create(overwrite)
+    config = {**config, "device_count": policy.device_count, "processes": jax.process_count(), "jax": jax.__version__,
+              "backend": jax.default_backend(), "settings": spec.to_json()}
+    checkpoints = Checkpoints(run_dir.checkpoints, every=config["checkpoint_every"], keep=config["keep_checkpoints"])
+    try:
+        start, finished = _starting_point(program, checkpoints, run_dir, algo, members, resume, restart,
+                                          main_process, say)
+        if finished or _done(start) == algo.num_iterations:
+            return _complete(spec, run_dir, algo, members, start, finished, main_process, say)
+        outcome = _train(spec, run_dir, program, algo, members, config, checkpoints, start, main_process, say)
+    finally:
+        checkpoints.close()
+    if isinstance(outcome, int):
+        return outcome
+    say(f"stopped at iteration {outcome.iteration} of {algo.num_iterations}; checkpoint saved in "
+        f"{checkpoints.directory}. Resume with: jaxrl-frag resume {run_dir.path}")
+    return 0
+
+
+def _compile(spec: RunSpec, run_dir: Any, algo: Any, config: dict[str, Any],
+             say: Callable[..., None]) -> tuple[Any, Any]:
+    """Says what the run is and compiles its program, the placement validated and the
+    program checked to fit the devices' memory, before anything is written (``KeyboardInterrupt``
+    where a signal came meanwhile); the program and its policy."""
+    from jaxrl_frag import costs
+    from jaxrl_frag.program import compile as compile_program
+
     policy = make_policy(spec)
     enable_compilation_cache()
     size = f"{'up to ' if algo.iterations_vary else ''}{algo.num_iterations} iterations of " + (
@@ -150,64 +174,98 @@ def _run_locked(spec: RunSpec, run_dir: Any, algo: Any, members: Members | None,
     costs.check_program_fits(program.executables, memory_fix(spec, program=True))  # before anything runs
     Interrupt.raise_if_received()  # before anything is written
     say(f"compiled in {program.compile_seconds:.1f} s; {policy.describe()}")
-    if main_process and not resume:
-        run_dir.create(overwrite)
-    config = {**config, "device_count": policy.device_count, "processes": jax.process_count(), "jax": jax.__version__,
-              "backend": jax.default_backend(), "settings": spec.to_json()}
-    checkpoints = Checkpoints(run_dir.checkpoints, every=config["checkpoint_every"], keep=config["keep_checkpoints"])
+    return program, policy
+
+
+def _done(start: Any) -> int:
+    """The iterations run before ``start``, the checkpoint a run continues from (``None``: 0)."""
+    return 0 if start is None else start.iteration
+
+
+def _starting_point(program: Any, checkpoints: Any, run_dir: Any, algo: Any, members: Members | None, resume: bool,
+                    restart: bool, main_process: bool, say: Callable[..., None]) -> tuple[Any, bool]:
+    """The checkpoint the run continues from (``None``: iteration 0) and whether its budget
+    is spent; on process 0, with ``restart`` the old rows set aside, else on resuming
+    metrics.csv kept up to the checkpoint. ``ConfigError`` where ``total_steps`` is below
+    the steps already taken."""
+    from jaxrl_frag.app.rundir import METRICS
+
+    start = _resume_point(program, checkpoints, run_dir, say) if resume and not restart else None
+    done = _done(start)
+    finished = start is not None and bool(algo.finished(start.state))
+    check(finished or done <= algo.num_iterations, "total_steps", algo.num_iterations * algo.steps_per_iteration,
+          f"is below the {done * algo.steps_per_iteration} steps the run has already taken; give more")
+    if main_process and restart:
+        aside = run_dir.set_aside_metrics() if (run_dir.path / METRICS).exists() else None
+        say("starting the run over from iteration 0" + (f"; its old rows are kept in {aside}" if aside else ""))
+    elif main_process and resume:
+        rows = None if start is None else start.meta.get("rows")
+        note = run_dir.keep_metrics(done, None if rows is None else [r for row in rows for r in _member_rows(row, members)])
+        if note is not None:
+            say(note)
+    return start, finished
+
+
+def _complete(spec: RunSpec, run_dir: Any, algo: Any, members: Members | None, start: Any, finished: bool,
+              main_process: bool, say: Callable[..., None]) -> int:
+    """A run with nothing left to train (its budget spent where ``finished``, else all its
+    iterations run) says so, and on process 0 draws its learning curve again where that is
+    missing or damaged; the exit status."""
+    done = _done(start)
+    if finished:
+        say(f"the run in {run_dir.path} is complete: its budget is spent ({done} iterations)")
+    else:
+        say(f"the run in {run_dir.path} is complete ({done} iterations); to train on, resume it with "
+            f"--override total_steps=N (N > {done * algo.steps_per_iteration})")
+    return _redraw_curve(spec, run_dir, start, members, algo) if main_process else 0
+
+
+def _train(spec: RunSpec, run_dir: Any, program: Any, algo: Any, members: Members | None, config: dict[str, Any],
+           checkpoints: Any, start: Any, main_process: bool, say: Callable[..., None]) -> Any:
+    """Trains from ``start`` (``None``: iteration 0), process 0 writing config.json, the
+    rows and their progress, then finishes the run; the exit status, or the ``History``
+    of a run that a signal stopped (its checkpoint saved)."""
+    import jax
+
+    from jaxrl_frag.envs import EnvWorkerError
+    from jaxrl_frag.errors import NonFiniteError
+
+    done = _done(start)
+    if main_process:
+        run_dir.write_config(config)
+        run_dir.open_log(purge_step=done * algo.steps_per_iteration + 1)
+    earlier = [] if start is None else start.meta.get("rows", [])
+    on_chunk = _Reporter(run_dir, members, algo, done, earlier) if main_process else None
+    stop = StopOnSignal(resume=f"jaxrl-frag resume {run_dir.path}")
     try:
-        start = _resume_point(program, checkpoints, run_dir, say) if resume and not restart else None
-        done = 0 if start is None else start.iteration
-        finished = start is not None and bool(algo.finished(start.state))
-        check(finished or done <= algo.num_iterations, "total_steps", algo.num_iterations * algo.steps_per_iteration,
-              f"is below the {done * algo.steps_per_iteration} steps the run has already taken; give more")
-        if main_process and restart:
-            aside = run_dir.set_aside_metrics() if (run_dir.path / METRICS).exists() else None
-            say("starting the run over from iteration 0" + (f"; its old rows are kept in {aside}" if aside else ""))
-        elif main_process and resume:
-            rows = None if start is None else start.meta.get("rows")
-            note = run_dir.keep_metrics(done, None if rows is None else [r for row in rows for r in _member_rows(row, members)])
-            if note is not None:
-                say(note)
-        if finished:
-            say(f"the run in {run_dir.path} is complete: its budget is spent ({done} iterations)")
-            return _redraw_curve(spec, run_dir, start, members, algo) if main_process else 0
-        if done == algo.num_iterations:
-            say(f"the run in {run_dir.path} is complete ({done} iterations); to train on, resume it with "
-                f"--override total_steps=N (N > {done * algo.steps_per_iteration})")
-            return _redraw_curve(spec, run_dir, start, members, algo) if main_process else 0
-        if main_process:
-            run_dir.write_config(config)
-            run_dir.open_log(purge_step=done * algo.steps_per_iteration + 1)
-        earlier = [] if start is None else start.meta.get("rows", [])
-        on_chunk = _Reporter(run_dir, members, algo, done, earlier) if main_process else None
-        stop = StopOnSignal(resume=f"jaxrl-frag resume {run_dir.path}")
-        try:
-            with stop:
-                history = program.run(jax.random.PRNGKey(spec.seed) if start is None else start, on_chunk=on_chunk,
-                                      checkpoints=checkpoints, stop=stop, meta={"run_config": config})
-                if not history.stopped:
-                    return _finish(spec, run_dir, history, members, on_chunk, stop, checkpoints, say)
-        except NonFiniteError as error:
-            last = checkpoints.steps()
-            kept = f"the last good checkpoint is iteration {last[-1]} in {checkpoints.directory}" if last else "no checkpoint"
-            print(f"jaxrl-frag: error: {error}; stopped, {kept}. Lower the learning rate or check the environment, "
-                  "and start a new run", file=sys.stderr)
-            return NON_FINITE
-        except EnvWorkerError as error:
-            last = checkpoints.steps()
-            kept = (f"the last checkpoint is iteration {last[-1]}: resume with jaxrl-frag resume {run_dir.path} (the "
-                    "environments start afresh)") if last else "no checkpoint was written yet"
-            print(f"jaxrl-frag: error: {error}; the run stopped, {kept}", file=sys.stderr)
-            return ENV_WORKER_FAILED
-        finally:
-            if on_chunk is not None:
-                on_chunk.close()
+        with stop:
+            history = program.run(jax.random.PRNGKey(spec.seed) if start is None else start, on_chunk=on_chunk,
+                                  checkpoints=checkpoints, stop=stop, meta={"run_config": config})
+            if not history.stopped:
+                return _finish(spec, run_dir, history, members, on_chunk, stop, checkpoints, say)
+    except (NonFiniteError, EnvWorkerError) as error:
+        return _failed(error, checkpoints, run_dir)
     finally:
-        checkpoints.close()
-    say(f"stopped at iteration {history.iteration} of {algo.num_iterations}; checkpoint saved in "
-        f"{checkpoints.directory}. Resume with: jaxrl-frag resume {run_dir.path}")
-    return 0
+        if on_chunk is not None:
+            on_chunk.close()
+    return history
+
+
+def _failed(error: Exception, checkpoints: Any, run_dir: Any) -> int:
+    """Says why a run stopped on ``error`` (non-finite values, or a failed environment
+    worker) and what checkpoint it kept; the exit status."""
+    from jaxrl_frag.errors import NonFiniteError
+
+    last = checkpoints.steps()
+    if isinstance(error, NonFiniteError):
+        kept = f"the last good checkpoint is iteration {last[-1]} in {checkpoints.directory}" if last else "no checkpoint"
+        print(f"jaxrl-frag: error: {error}; stopped, {kept}. Lower the learning rate or check the environment, "
+              "and start a new run", file=sys.stderr)
+        return NON_FINITE
+    kept = (f"the last checkpoint is iteration {last[-1]}: resume with jaxrl-frag resume {run_dir.path} (the "
+            "environments start afresh)") if last else "no checkpoint was written yet"
+    print(f"jaxrl-frag: error: {error}; the run stopped, {kept}", file=sys.stderr)
+    return ENV_WORKER_FAILED
 
 
 def _finish(spec: RunSpec, run_dir: Any, history: Any, members: Members | None, on_chunk: Any,

@@ -29,6 +29,7 @@ from jaxrl_frag.envs.gymnax_env import GymnaxEnv
 from jaxrl_frag.envs.host_env import PREFIXES, HostEnv, is_host
 from jaxrl_frag.envs.wrappers import OBS_MASK, EpisodeStatistics, NormalizeObservation, ObservationMask, ScaleReward, VecEnv
 from jaxrl_frag.errors import ConfigError, check
+from jaxrl_frag.plugins import declared, describe_entry_point, load_plugin
 
 _REGISTERED: dict[str, Callable[..., Env]] = {}
 PLUGIN_GROUP = "jaxrl_frag.envs"
@@ -44,36 +45,12 @@ def plugins() -> dict[str, importlib.metadata.EntryPoint]:
     """The environment ids and id families (names ending in ``:``) that installed packages
     declare in entry-point group ``jaxrl_frag.envs``, not loaded; a name that a built-in
     family takes is left out, and of two packages declaring one name the first found is kept."""
-    found: dict[str, importlib.metadata.EntryPoint] = {}
-    for entry_point in importlib.metadata.entry_points(group=PLUGIN_GROUP):
-        if not _built_in(entry_point.name):
-            found.setdefault(entry_point.name, entry_point)
-    return found
+    return declared(PLUGIN_GROUP, _built_in)
 
 
 def plugin_families() -> dict[str, importlib.metadata.EntryPoint]:
     """The id families (prefixes ending in ``:``) that plugins serve."""
     return {name: ep for name, ep in plugins().items() if name.endswith(":")}
-
-
-def describe_entry_point(entry_point: importlib.metadata.EntryPoint) -> str:
-    """``entry point NAME = MODULE:OBJECT (group G, package P VERSION)``."""
-    dist = getattr(entry_point, "dist", None)
-    package = f", package {dist.name} {dist.version}" if dist is not None else ""
-    return f"entry point {entry_point.name} = {entry_point.value} (group {entry_point.group}{package})"
-
-
-def load_plugin(entry_point: importlib.metadata.EntryPoint, field: str, value: Any) -> Any:
-    """The object ``entry_point`` names, loaded; a ``ConfigError`` for setting ``field``
-    (``value``), naming the entry point and what went wrong, where it fails to load."""
-    try:
-        return entry_point.load()
-    except Exception as error:
-        reason = " ".join(str(error).split()) or "no message"
-        reason = reason if len(reason) <= 300 else reason[:297] + "..."
-        raise ConfigError(field, value, f"its plugin failed to load: {describe_entry_point(entry_point)}: "
-                                        f"{type(error).__name__}: {reason}; fix or reinstall that package, or uninstall "
-                                        "it") from None
 
 
 def _plugin_for(name: str) -> importlib.metadata.EntryPoint | None:

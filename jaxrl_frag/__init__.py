@@ -41,6 +41,11 @@ _EXPORTS = {
     "compile": "jaxrl_frag.program",
     "export_policy": "jaxrl_frag.app.evaluation",
     "load_policy": "jaxrl_frag.app.evaluation",
+    "evaluate": "jaxrl_frag.app.evaluation",
+    "restore": "jaxrl_frag.app.evaluation",
+    "RunSpec": "jaxrl_frag.app.spec",
+    "train": "jaxrl_frag.app.training",
+    "resume": "jaxrl_frag.app.training",
 }
 _SUBPACKAGES = ("envs", "primitives", "recipes", "sharding", "transforms")
 
@@ -58,7 +63,9 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:
     from jaxrl_frag import envs, primitives, recipes, sharding, transforms  # noqa: F401
     from jaxrl_frag.algorithms import Algorithm, algorithm, hyperparameter, static_field  # noqa: F401
-    from jaxrl_frag.app.evaluation import export_policy, load_policy  # noqa: F401
+    from jaxrl_frag.app.evaluation import evaluate, export_policy, load_policy, restore  # noqa: F401
+    from jaxrl_frag.app.spec import RunSpec  # noqa: F401
+    from jaxrl_frag.app.training import resume, train  # noqa: F401
     from jaxrl_frag.errors import ConfigError  # noqa: F401
     from jaxrl_frag.explanation import Explanation  # noqa: F401
     from jaxrl_frag.fragments import Fragment, fragment  # noqa: F401

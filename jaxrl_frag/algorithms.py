@@ -107,6 +107,57 @@ class Algorithm:
         return out
 
 
+class Wrapper(Algorithm):
+    """Base of a transform: an algorithm around another (``inner``). The hooks that read
+    no state are the inner algorithm's unless the transform overrides them; ``unwrap``
+    takes a state apart (``innermost`` all the way)."""
+
+    @property
+    def inner(self) -> Algorithm:
+        """The algorithm this one wraps."""
+        raise NotImplementedError
+
+    def unwrap(self, state: PyTree, member: int | None = None) -> tuple[Algorithm, PyTree]:
+        """The inner algorithm and its part of ``state``; of a population (the algorithms
+        and states stacked), member ``member``'s, which other transforms ignore."""
+        raise NotImplementedError
+
+    @property
+    def steps_per_iteration(self) -> int:
+        return self.inner.steps_per_iteration
+
+    @property
+    def num_iterations(self) -> int | None:
+        return self.inner.num_iterations
+
+    @property
+    def iterations_vary(self) -> bool:
+        return self.inner.iterations_vary
+
+    @property
+    def named_axes(self) -> Mapping[str, Mapping[str, int]]:
+        return self.inner.named_axes
+
+    def failure(self) -> Exception | None:
+        return self.inner.failure()
+
+    def config(self) -> dict[str, Any]:
+        """The inner algorithm's configuration and this transform's settings (its fields with
+        a ``help``), named ``NAME_SETTING`` by its ``name`` where it has one."""
+        prefix = getattr(self, "name", "").replace("-", "_")
+        own = {f"{prefix}_{f.name}" if prefix else f.name: plain(getattr(self, f.name))
+               for f in dataclasses.fields(self) if "help" in f.metadata}  # type: ignore[arg-type]
+        return {**self.inner.config(), **own}
+
+
+def innermost(algorithm: Algorithm, state: PyTree, member: int | None = None) -> tuple[Algorithm, PyTree]:
+    """The algorithm inside every transform around ``algorithm``, and its part of ``state``
+    (of a population, member ``member``'s)."""
+    while isinstance(algorithm, Wrapper):
+        algorithm, state = algorithm.unwrap(state, member)
+    return algorithm, state
+
+
 @struct.dataclass
 class FunctionAlgorithm(Algorithm):
     """An algorithm made by ``algorithm`` from an init function and a step function."""

@@ -24,6 +24,7 @@ import os
 import shutil
 import sys
 import time
+import traceback
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -191,8 +192,8 @@ class Checkpoints:
 def _quiet_stragglers() -> None:
     """From now on, drop the reports of orbax's reads and writes that outlive a failed
     restore or save: tensorstore's unraisable ``RuntimeError("Event loop is closed")`` for
-    each (dozens per damaged step or failed save), and asyncio's "Task exception was never
-    retrieved". The failure itself reaches the caller; any other report goes on as before."""
+    each (dozens per damaged step or failed save), and asyncio's "Task (or _GatheringFuture)
+    exception was never retrieved". The failure itself reaches the caller; any other report goes on as before."""
     logging.getLogger("asyncio").addFilter(_not_an_orbax_task)
     previous = sys.unraisablehook
     if getattr(previous, "__name__", None) == "_drop_closed_loop_reports":
@@ -207,8 +208,13 @@ def _quiet_stragglers() -> None:
 
 
 def _not_an_orbax_task(record: logging.LogRecord) -> bool:
+    """Whether ``record`` is other than asyncio's report of an orbax task (or a gathering
+    of them) whose exception nobody retrieved: the message or its traceback names orbax."""
     message = record.getMessage()
-    return not (message.startswith("Task exception was never retrieved") and "orbax" in message)
+    if not message.startswith(("Task exception was never retrieved", "_GatheringFuture exception was never retrieved")):
+        return True
+    trace = "".join(traceback.format_exception(*record.exc_info)) if record.exc_info else ""
+    return "orbax" not in message + trace
 
 
 def _without_empty(tree: PyTree) -> PyTree:

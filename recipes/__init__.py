@@ -2,9 +2,9 @@
 
 ``RECIPES`` maps the command line's names to the shipped recipes. Installed packages
 add theirs in the entry-point group ``jaxrl_frag.recipes`` (``PLUGIN_GROUP``): an
-entry point ``name = "module:Class"`` names an algorithm class with the recipe
-interface (``create(env_id, **settings)``, ``fields()``, and dataclass fields with a
-``help`` in their metadata, each a command-line setting), as ``Recipe`` has it.
+entry point ``name = "module:Class"`` names an algorithm dataclass (a ``Recipe``, or
+any ``jaxrl_frag.Algorithm``) with a classmethod ``create(env_id, **settings)``; its
+fields with a ``help`` in their metadata are its command-line settings.
 ``get`` loads one by name; a plugin that fails to load is reported when it is asked for.
 """
 
@@ -12,8 +12,7 @@ import dataclasses
 import functools
 import importlib.metadata
 
-from jaxrl_frag.envs.registry import describe_entry_point, load_plugin
-from jaxrl_frag.errors import ConfigError, check
+from jaxrl_frag.plugins import declared, named
 from jaxrl_frag.recipes.a2c import A2C
 from jaxrl_frag.recipes.dqn import DQN
 from jaxrl_frag.recipes.impala import IMPALA
@@ -32,11 +31,7 @@ def plugins() -> dict[str, importlib.metadata.EntryPoint]:
     """The recipes that installed packages declare in entry-point group
     ``jaxrl_frag.recipes``, by name, not loaded; a name of a shipped recipe is left out,
     and of two packages declaring one name the first found is kept."""
-    found: dict[str, importlib.metadata.EntryPoint] = {}
-    for entry_point in importlib.metadata.entry_points(group=PLUGIN_GROUP):
-        if entry_point.name not in RECIPES:
-            found.setdefault(entry_point.name, entry_point)
-    return found
+    return declared(PLUGIN_GROUP, RECIPES.__contains__)
 
 
 def names() -> list[str]:
@@ -51,16 +46,10 @@ def get(name: str) -> type:
         ConfigError: For an unknown name, or a plugin that fails to load or does not
             name an algorithm class with the recipe interface (naming its entry point).
     """
-    if name in RECIPES:
-        return RECIPES[name]
-    check(name in plugins(), "recipe", name, f"unknown recipe; the recipes are {', '.join(names())}")
-    entry_point = plugins()[name]
-    recipe = load_plugin(entry_point, "recipe", name)
-    if not (isinstance(recipe, type) and dataclasses.is_dataclass(recipe) and callable(getattr(recipe, "create", None))
-            and callable(getattr(recipe, "fields", None))):
-        raise ConfigError("recipe", name, f"its plugin's {describe_entry_point(entry_point)} names {recipe!r}, not an "
-                                          "algorithm class with create(env_id, **settings) and fields() (see Recipe)")
-    return recipe
+    return named(name, "recipe", RECIPES, plugins(),
+                 lambda found: isinstance(found, type) and dataclasses.is_dataclass(found)
+                 and callable(getattr(found, "create", None)),
+                 "an algorithm dataclass with create(env_id, **settings)")
 
 
 __all__ = ["A2C", "DQN", "IMPALA", "IPPO", "MAPPO", "PPO", "PQN", "PQNVDN", "RECIPES", "SAC", "get", "names", "plugins"]

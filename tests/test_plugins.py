@@ -85,6 +85,80 @@ def test_a_plugin_recipe_trains_on_a_plugin_env_resumes_and_explains(site: Path,
     assert "DataParallel: environment batch split over 2 cpu devices" in proc.stdout
 
 
+def test_a_plain_algorithm_with_create_is_a_plugin_that_learns_resumes_and_explains(site: Path, tmp_path: Path) -> None:
+    """tests/plugin_example/frag_example/tabular_q.py: a jaxrl_frag.Algorithm, no Recipe; one file and one entry point."""
+    run_dir = tmp_path / "run"
+    proc = cli(site, "train", "tabular-q", "--env", "chain:5", "--epsilon", "0.05", "--total-steps", "4096",
+               "--chunk-iterations", "4", "--run-dir", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert "tabular-q on chain:5: 32 iterations of 128 steps" in proc.stdout
+    config = json.loads((run_dir / "config.json").read_text())
+    assert (config["recipe"], config["epsilon"], config["settings"]["epsilon"]) == ("tabular-q", 0.05, 0.05)
+    proc = cli(site, "resume", str(run_dir), "--override", "total_steps=8192")
+    assert proc.returncode == 0, proc.stderr
+    with open(run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert float(rows[-1]["env_steps"]) == 8192
+    # a random walk reaches the end of 5 cells within its 20 steps in about 60% of episodes; the learned policy always
+    # (its slips and 5% random moves aside), in 4 moves
+    assert float(rows[0]["episode_return"]) < 0.8 and float(rows[-1]["episode_return"]) > 0.97, rows
+    assert float(rows[-1]["episode_length"]) < 6, rows
+    proc = cli(site, "explain", "tabular-q", "--env", "chain:5", "--policy", "data-parallel", "--devices", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "DataParallel: environment batch split over 2 cpu devices" in proc.stdout
+
+
+def test_a_plugin_policy_trains_explains_and_resumes(site: Path, tmp_path: Path) -> None:
+    """tests/plugin_example/frag_example/pinned.py: a Policy of a package's own; one file and one entry point."""
+    run_dir = tmp_path / "run"
+    pinned = ["--policy", "pinned", "--devices", "2", "--device-index", "1"]
+    proc = cli(site, *TRAIN, *pinned, "--run-dir", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    settings = json.loads((run_dir / "config.json").read_text())["settings"]
+    assert (settings["policy"], settings["device_index"], settings["devices"]) == ("pinned", 1, 2)
+    proc = cli(site, "resume", str(run_dir), "--override", "total_steps=3072")
+    assert proc.returncode == 0, proc.stderr
+    with open(run_dir / "metrics.csv") as f:
+        assert [float(r["iteration"]) for r in csv.DictReader(f)] == [4, 8, 12, 16, 20, 24]
+    proc = cli(site, "explain", "reinforce", "--env", "chain:5", *pinned)
+    assert proc.returncode == 0, proc.stderr
+    assert "Pinned: cpu:1" in proc.stdout
+    proc = cli(site, "train", "reinforce", "--env", "chain:5", "--policy", "pinned", "--device-index", "99", cwd=tmp_path)
+    assert proc.returncode == 2 and "device_index=99: this process has" in proc.stderr, proc.stderr
+    proc = cli(site, "train", "reinforce", "--help")
+    assert "--device-index" in proc.stdout and "pinned: the device to run on" in proc.stdout
+
+
+def test_a_plugin_transform_trains_explains_and_resumes(site: Path, tmp_path: Path) -> None:
+    """tests/plugin_example/frag_example/early_stop.py: a transform of a package's own; one file and one entry point."""
+    solved = tmp_path / "solved"
+    proc = cli(site, "train", "reinforce", "--env", "chain:5", "--num-envs", "8", "--num-steps", "16", "--total-steps",
+               "1e5", "--chunk-iterations", "4", "--transform", "early-stop", "--early-stop-target", "0.95",
+               "--run-dir", str(solved))
+    assert proc.returncode == 0, proc.stderr
+    with open(solved / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    # stopped inside the compiled program once solved (a random walk returns about 0.6), long before its 781 iterations
+    assert float(rows[-1]["env_steps"]) <= 20_480 and float(rows[-1]["episode_return"]) >= 0.9, rows
+    settings = json.loads((solved / "config.json").read_text())["settings"]
+    assert (settings["transforms"], settings["early_stop_target"]) == (["early-stop"], 0.95)
+
+    unsolved = tmp_path / "unsolved"  # a target no episode reaches: trains to its end, and resumes
+    proc = cli(site, *TRAIN, "--transform", "early-stop", "--early-stop-target", "2", "--run-dir", str(unsolved))
+    assert proc.returncode == 0, proc.stderr
+    proc = cli(site, "resume", str(unsolved), "--override", "total_steps=3072")
+    assert proc.returncode == 0, proc.stderr
+    with open(unsolved / "metrics.csv") as f:
+        assert [float(r["iteration"]) for r in csv.DictReader(f)] == [4, 8, 12, 16, 20, 24]
+
+    proc = cli(site, "explain", "reinforce", "--env", "chain:5", "--transform", "early-stop", "--early-stop-target",
+               "0.95", "--policy", "data-parallel", "--devices", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "whole on every device: early_stop" in proc.stdout
+    proc = cli(site, *TRAIN, "--early-stop-target", "0.9", cwd=tmp_path)
+    assert proc.returncode == 2 and "add --transform early-stop, or drop --early-stop-target" in proc.stderr, proc.stderr
+
+
 def test_a_plugin_that_fails_to_load_is_one_line_naming_its_entry_point(site: Path) -> None:
     for argv, entry_point in ((["train", "broken", "--env", "Chain-v0"], "broken = not_a_module.anywhere:Algo"),
                               (["train", "ppo", "--env", "Broken-v0"], "Broken-v0 = not_a_module.anywhere:make")):

@@ -298,7 +298,8 @@ def run_documents(documents: tuple[Path, ...], tmp: Path, long: bool = False, ca
                                     f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
                     output = None
                     continue
-                trains = re.search(r"(^make train$|jaxrl-frag (train|resume) )", code) and "--help" not in code
+                trains = (re.search(r"(^make train$|jaxrl-frag (train|resume) )", code)
+                          and not re.search(r"--help|--print-config", code))
                 if trains and f"JAXRL_FRAG_MAX_STEPS={MAX_STEPS}: training for" not in result.stderr:
                     failures.append(f"{command.where}: `{line}` did not say that it capped its steps:\n{result.stderr}")
                 if output is not None:

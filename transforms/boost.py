@@ -57,7 +57,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl_frag import primitives, tracing
-from jaxrl_frag.algorithms import Algorithm, field_name, hyperparameter, plain, static_field
+from jaxrl_frag.algorithms import Algorithm, Wrapper, field_name, hyperparameter, plain, static_field
 from jaxrl_frag.bounds import INT32_MAX, check_count
 from jaxrl_frag.errors import ConfigError, check
 from jaxrl_frag.metrics import Metrics
@@ -132,7 +132,7 @@ class BoostState:
 
 
 @struct.dataclass
-class Boosted(Algorithm):
+class Boosted(Wrapper):
     """A recipe run rung by rung on a ladder of environment counts, under a budget."""
 
     recipe: Boostable  # its environment is the pool: ladder[-1] environments
@@ -188,6 +188,23 @@ class Boosted(Algorithm):
         """``recipe`` (its ``num_envs`` aside) boosted with ``settings``; validated.
         ``round_seconds`` (``[rungs, 3]``: actor, learner and probe seconds of a round at
         each rung) is what ``calibrate`` measures; without it rounds cost nothing."""
+        s = cls._given_settings(recipe, settings)
+        cls._check_settings(recipe, s, round_seconds)
+        ladder, minibatches = s["ladder"], s["minibatches"]
+        steps = cls._rung_steps(recipe, ladder, minibatches, s["budget_steps"])
+        counts = cls._rung_minibatches(recipe, ladder, minibatches)
+        rungs = cls._make_rungs(recipe, ladder, steps, counts, minibatches)
+        # the pool's recipe keeps the given steps and count, so that its configuration rebuilds the same run
+        top = rungs[-1].replace(num_steps=recipe.num_steps, num_minibatches=recipe.num_minibatches)
+        batched = cls._batched_axes(top)
+        seconds = cls._round_seconds(round_seconds, len(ladder))
+        return cls(top, tuple(r.env for r in rungs), batched, counts, steps, round_seconds=seconds, **s)
+
+    @classmethod
+    def _given_settings(cls, recipe: Boostable, settings: dict[str, Any]) -> dict[str, Any]:
+        """Every setting: ``settings`` over the defaults, the ladder's counts as ints and
+        ``budget_steps`` 0 as the recipe's ``total_steps``. ``ConfigError`` where one is not
+        a boost setting."""
         names = [f.name for f in cls.settings()]
         unknown = sorted(set(settings) - set(names))
         if unknown:
@@ -195,6 +212,12 @@ class Boosted(Algorithm):
         s = cls.defaults() | settings
         s["ladder"] = tuple(int(n) for n in s["ladder"])
         s["budget_steps"] = int(s["budget_steps"] or recipe.total_steps)
+        return s
+
+    @classmethod
+    def _check_settings(cls, recipe: Boostable, s: dict[str, Any], round_seconds: Any) -> None:
+        """``ConfigError`` where ``recipe`` cannot be boosted, or where a setting of ``s`` is
+        out of range or does not go with the others."""
         ladder = s["ladder"]
         check(isinstance(recipe, Boostable), "recipe", type(recipe).__name__,
               "boosting runs on-policy recipes (ppo, a2c, impala: see ``Boostable``); an off-policy recipe's replay "
@@ -230,9 +253,15 @@ class Boosted(Algorithm):
         smallest = ladder[0] * recipe.num_steps
         check(s["budget_steps"] >= smallest, "budget_steps", s["budget_steps"],
               f"must cover one round at the bottom rung ({ladder[0]} * num_steps = {smallest} steps); raise it")
-        base = recipe.num_minibatches  # the bottom rung's count
+
+    @staticmethod
+    def _rung_steps(recipe: Boostable, ladder: tuple[int, ...], minibatches: str, budget_steps: int) -> tuple[int, ...]:
+        """Each rung's ``num_steps``: the recipe's, or under ``"batch"`` the bottom rung's batch
+        over the rung's environments. ``ConfigError`` where that is not whole, or where
+        ``budget_steps`` and the largest round overflow the controller's int32 count."""
+        smallest = ladder[0] * recipe.num_steps
         steps = (recipe.num_steps,) * len(ladder)
-        if s["minibatches"] == "batch":
+        if minibatches == "batch":
             for n in ladder:
                 check(smallest % n == 0, "boost_ladder", ",".join(map(str, ladder)),
                       lambda n=n: f"under --boost-minibatches batch the rung of {n} environments steps each "
@@ -241,21 +270,33 @@ class Boosted(Algorithm):
                       "size")
             steps = tuple(smallest // n for n in ladder)
         largest = max(n * length for n, length in zip(ladder, steps, strict=True))
-        check(s["budget_steps"] <= INT32_MAX - largest, "budget_steps", s["budget_steps"],
+        check(budget_steps <= INT32_MAX - largest, "budget_steps", budget_steps,
               f"must be at most {INT32_MAX:,} - {largest:,} (the largest round's steps; the controller counts the "
               "steps spent in int32): lower --budget-steps (default --total-steps)")
-        if s["minibatches"] == "size":
-            multiple = ladder[0] // math.gcd(base, ladder[0])  # the rungs whose count is whole
-            whole = math.lcm(*(ladder[0] // math.gcd(n, ladder[0]) for n in ladder))  # the counts that make all whole
-            for n in ladder:
-                check(base * n % ladder[0] == 0, "boost_ladder", ",".join(map(str, ladder)),
-                      lambda n=n: f"under --boost-minibatches size the rung of {n} environments takes "
-                      f"num_minibatches * {n} / ladder[0] = {base} * {n} / {ladder[0]} minibatches (the bottom rung's "
-                      f"size), not a whole number: make every rung a multiple of {multiple}, or --num-minibatches a "
-                      f"multiple of {whole}, or give --boost-minibatches count")
-            counts = tuple(base * n // ladder[0] for n in ladder)
-        else:
-            counts = (base,) * len(ladder)
+        return steps
+
+    @staticmethod
+    def _rung_minibatches(recipe: Boostable, ladder: tuple[int, ...], minibatches: str) -> tuple[int, ...]:
+        """Each rung's ``num_minibatches``: the recipe's, or under ``"size"`` as many as keep
+        the bottom rung's minibatch size. ``ConfigError`` where that is not whole."""
+        base = recipe.num_minibatches  # the bottom rung's count
+        if minibatches != "size":
+            return (base,) * len(ladder)
+        multiple = ladder[0] // math.gcd(base, ladder[0])  # the rungs whose count is whole
+        whole = math.lcm(*(ladder[0] // math.gcd(n, ladder[0]) for n in ladder))  # the counts that make all whole
+        for n in ladder:
+            check(base * n % ladder[0] == 0, "boost_ladder", ",".join(map(str, ladder)),
+                  lambda n=n: f"under --boost-minibatches size the rung of {n} environments takes "
+                  f"num_minibatches * {n} / ladder[0] = {base} * {n} / {ladder[0]} minibatches (the bottom rung's "
+                  f"size), not a whole number: make every rung a multiple of {multiple}, or --num-minibatches a "
+                  f"multiple of {whole}, or give --boost-minibatches count")
+        return tuple(base * n // ladder[0] for n in ladder)
+
+    @staticmethod
+    def _make_rungs(recipe: Boostable, ladder: tuple[int, ...], steps: tuple[int, ...], counts: tuple[int, ...],
+                    minibatches: str) -> list[Boostable]:
+        """The recipe made again at each rung, with its environments, steps and minibatch
+        count. ``ConfigError`` naming the rung where the recipe cannot run at one."""
         kind = type(recipe)
         own = {name: getattr(recipe, name) for name in kind.fields()}
         rungs = []
@@ -265,15 +306,23 @@ class Boosted(Algorithm):
                                          **own | {"num_envs": n, "num_steps": length, "num_minibatches": count}))
             except ConfigError as error:
                 raise ConfigError("boost_ladder", n, f"is a rung the recipe cannot run at ({length} steps, {count} "
-                                  f"minibatches, --boost-minibatches {s['minibatches']}): {error}") from None
-        # the pool's recipe keeps the given steps and count, so that its configuration rebuilds the same run
-        top = rungs[-1].replace(num_steps=recipe.num_steps, num_minibatches=base)
-        shape = jax.eval_shape(top.init, jax.ShapeDtypeStruct((2,), jnp.uint32))
-        batched = tracing.batch_axes(jax.make_jaxpr(tracing.step)(top, shape))
-        seconds = np.zeros((len(ladder), 3), np.float32) if round_seconds is None else np.asarray(round_seconds)
-        check(seconds.shape == (len(ladder), 3), "round_seconds", seconds.shape, f"must be ({len(ladder)}, 3)")
-        return cls(top, tuple(r.env for r in rungs), tuple(sorted(batched.items())), counts, steps,
-                   round_seconds=jnp.asarray(seconds, jnp.float32), **s)
+                                  f"minibatches, --boost-minibatches {minibatches}): {error}") from None
+        return rungs
+
+    @staticmethod
+    def _batched_axes(recipe: Boostable) -> tuple[tuple[str, int], ...]:
+        """The fields of ``recipe``'s state batched over its environments, with their axes,
+        as its step traces them; sorted by name."""
+        shape = jax.eval_shape(recipe.init, jax.ShapeDtypeStruct((2,), jnp.uint32))
+        return tuple(sorted(tracing.batch_axes(jax.make_jaxpr(tracing.step)(recipe, shape)).items()))
+
+    @staticmethod
+    def _round_seconds(round_seconds: Any, rungs: int) -> jax.Array:
+        """``round_seconds`` as float32, zeros where it is ``None``. ``ConfigError`` where its
+        shape is not ``(rungs, 3)``."""
+        seconds = np.zeros((rungs, 3), np.float32) if round_seconds is None else np.asarray(round_seconds)
+        check(seconds.shape == (rungs, 3), "round_seconds", seconds.shape, f"must be ({rungs}, 3)")
+        return jnp.asarray(seconds, jnp.float32)
 
     # -- sizes and costs -------------------------------------------------------------
 
@@ -296,6 +345,14 @@ class Boosted(Algorithm):
     @property
     def iterations_vary(self) -> bool:
         return True
+
+    @property
+    def inner(self) -> Algorithm:
+        return self.recipe
+
+    def unwrap(self, state: BoostState, member: int | None = None) -> tuple[Algorithm, PyTree]:
+        """The recipe over the whole pool, and its state."""
+        return self.recipe, state.pool
 
     @property
     def round_cost(self) -> jax.Array:

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxrl_frag import envs
-from jaxrl_frag.algorithms import Algorithm, static_field
+from jaxrl_frag.algorithms import Algorithm, Wrapper, static_field
 from jaxrl_frag.bounds import INT32_MAX, check_count
 from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
@@ -110,7 +110,7 @@ class Schedule:
 
 
 @struct.dataclass
-class Evaluated(Algorithm):
+class Evaluated(Wrapper):
     """``algorithm`` that also plays ``episodes`` greedy episodes of its current policy
     (``acting(state, True)``) after every ``every``-th iteration, on fresh copies of
     its environment (``layout``, ``play``), inside its compiled training program. The
@@ -160,20 +160,11 @@ class Evaluated(Algorithm):
         return cls(algorithm, envs.make(env.name, num_envs=layout(episodes)[0]), type(state), every, episodes)
 
     @property
-    def steps_per_iteration(self) -> int:
-        return self.algorithm.steps_per_iteration
+    def inner(self) -> Algorithm:
+        return self.algorithm
 
-    @property
-    def num_iterations(self) -> int | None:
-        return self.algorithm.num_iterations
-
-    @property
-    def iterations_vary(self) -> bool:
-        return self.algorithm.iterations_vary
-
-    @property
-    def named_axes(self) -> Mapping[str, Mapping[str, int]]:
-        return self.algorithm.named_axes
+    def unwrap(self, state: Mapping[str, PyTree], member: int | None = None) -> tuple[Algorithm, PyTree]:
+        return self.algorithm, self.split(state)[0]
 
     def init(self, key: jax.Array) -> dict[str, PyTree]:
         """The algorithm's initial state from ``key``, and a schedule keyed from it."""
@@ -212,9 +203,6 @@ class Evaluated(Algorithm):
     def resumed(self, state: dict[str, PyTree]) -> dict[str, PyTree]:
         inner, schedule = self.split(state)
         return {**_fields(self.algorithm.resumed(inner)), EVALUATION: schedule}
-
-    def failure(self) -> Exception | None:
-        return self.algorithm.failure()
 
     def finished(self, state: dict[str, PyTree]) -> jax.Array:
         return self.algorithm.finished(self.split(state)[0])

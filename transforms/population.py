@@ -22,7 +22,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl_frag import primitives
-from jaxrl_frag.algorithms import Algorithm, Flags, Metrics, field_name, finite_flags, plain, static_field
+from jaxrl_frag.algorithms import Algorithm, Flags, Metrics, Wrapper, field_name, finite_flags, plain, static_field
 from jaxrl_frag.errors import ConfigError, check
 
 PyTree = Any
@@ -48,7 +48,7 @@ class Failure:
 
 
 @struct.dataclass
-class Population(Algorithm):
+class Population(Wrapper):
     """``members`` (one algorithm whose traced leaves carry a leading member axis),
     each started from its own ``seeds[i]``: member ``i`` is the run
     ``compile(algorithms[i]).run(jax.random.PRNGKey(seeds[i]))``, to float tolerance."""
@@ -83,22 +83,16 @@ class Population(Algorithm):
         return cls(members, jnp.asarray(seeds, jnp.uint32), len(seeds))
 
     @property
-    def steps_per_iteration(self) -> int:
-        """Environment steps of one member per iteration (rows of metrics are per member)."""
-        return self.members.steps_per_iteration
+    def inner(self) -> Algorithm:
+        """The members, stacked: their steps, iterations and named axes are one member's (rows
+        of metrics are per member; named axes are counted after the member axis, as a
+        population policy places them)."""
+        return self.members
 
-    @property
-    def num_iterations(self) -> int | None:
-        return self.members.num_iterations
-
-    @property
-    def iterations_vary(self) -> bool:
-        return self.members.iterations_vary
-
-    @property
-    def named_axes(self) -> Mapping[str, Mapping[str, int]]:
-        """The members' (counted after the member axis, as a population policy places them)."""
-        return self.members.named_axes
+    def unwrap(self, state: PyTree, member: int | None = None) -> tuple[Algorithm, PyTree]:
+        """Member ``member`` and its state."""
+        check(member is not None, "member", member, f"name one of the population's {self.size} members")
+        return jax.tree.map(lambda x: x[member], (self.members, state))
 
     def init(self, key: jax.Array) -> PyTree:
         """Every member's initial state from its own seed (``key`` is not used)."""

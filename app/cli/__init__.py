@@ -4,6 +4,7 @@
     jaxrl-frag train ppo --env CartPole-v1 --boost nitro [--boost-ladder 8,16,32,64] [--budget-steps N]
     jaxrl-frag train ppo --env gymnasium:CartPole-v1 [--env-workers N] [--env-groups G] [--no-env-ring]
     jaxrl-frag train ppo --env CartPole-v1 --eval-every K [--eval-episodes N]
+    jaxrl-frag train --config run.toml [flags overriding it] [--print-config]
     jaxrl-frag resume RUN_DIR [--override total_steps=N] [--restart]
     jaxrl-frag evaluate RUN_DIR [--episodes N] [--greedy | --sample] [--seed S] [--member I] [--video out.gif]
     jaxrl-frag explain ppo --env CartPole-v1 [--policy actor-learner --transfer-dtype bfloat16]
@@ -25,10 +26,11 @@ be set before jax starts.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
-from jaxrl_frag.app.cli import runtime
+from jaxrl_frag.app.cli import runtime, spec_flags
 from jaxrl_frag.app.cli.parser import build_parser
 from jaxrl_frag.app.signals import Interrupt
 from jaxrl_frag.errors import ENV_WORKER_FAILED, INTERRUPTED, NON_FINITE, USAGE_ERROR, WRITE_FAILED, ConfigError
@@ -41,8 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         with Interrupt.handled():
-            runtime.configure_runtime(argv)
-            args = build_parser(argv).parse_args(argv)
+            argv, defaults = spec_flags.with_run_file(argv)
+            runtime.configure_runtime(argv, defaults)
+            args = build_parser(argv, defaults).parse_args(argv)
             return args.handler(args)
     except ConfigError as error:
         print(f"jaxrl-frag: error: {error}", file=sys.stderr)
@@ -50,6 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # SIGINT or SIGTERM outside training (``StopOnSignal`` handles them during it)
         print("jaxrl-frag: interrupted", file=sys.stderr)
         return INTERRUPTED
+    except BrokenPipeError:  # what reads stdout stopped reading (`jaxrl-frag envs | head`): quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush cannot fail again
+        return 1
 
 
 __all__ = ["ENV_WORKER_FAILED", "INTERRUPTED", "NON_FINITE", "USAGE_ERROR", "WRITE_FAILED", "build_parser", "main"]

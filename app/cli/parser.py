@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from jaxrl_frag.app import fields
 from jaxrl_frag.app.cli import envs, evaluate, explain, flags, policies, resume, runtime, spec_flags, train
@@ -27,9 +29,13 @@ def _summary(name: str, load: bool) -> str:
     return (recipe.__doc__ or "").strip().split("\n")[0]
 
 
-def _add_recipe_command(sub: argparse.ArgumentParser, command: str, recipe: type) -> None:
-    """The flags of ``command`` (train or explain) with ``recipe``."""
-    sub.add_argument("--env", required=True, help="environment id (see `jaxrl-frag envs`)")
+def _add_recipe_command(sub: argparse.ArgumentParser, command: str, recipe: type, defaults: Mapping[str, Any]) -> None:
+    """The flags of ``command`` (train or explain) with ``recipe``, defaulting to ``defaults``
+    (a run file's, by destination) where they hold them."""
+    sub.add_argument("--config", type=Path, default=None, metavar="RUN.toml",
+                     help="the run's settings from a TOML file (keys as in a run's config.json; `train ... "
+                          "--print-config` writes one); flags given override them")
+    sub.add_argument("--env", required="env" not in defaults, help="environment id (see `jaxrl-frag envs`)")
     sub.add_argument("--seed", type=fields.parse_int, default=0, help="random seed (default 0)")
     policies.add_flags(sub)
     runtime.add_runtime_flags(sub)
@@ -52,17 +58,19 @@ def _add_recipe_command(sub: argparse.ArgumentParser, command: str, recipe: type
     except argparse.ArgumentError as error:  # a setting named as one of the command line's own flags
         raise ConfigError("recipe", recipe.__name__, f"a setting's flag clashes with the command line's own: {error}; "
                                                      "rename the field, or give it another flag in its metadata") from None
+    spec_flags.add_transform_flags(sub)
     if command == "train":
         spec_flags.add_boost_flags(sub)
     handler = explain.explain if command == "explain" else train.train
-    sub.set_defaults(handler=handler, recipe_cls=recipe)
+    sub.set_defaults(handler=handler, recipe_cls=recipe, **{k: v for k, v in defaults.items() if k != "recipe"})
 
 
-def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None, defaults: Mapping[str, Any] | None = None) -> argparse.ArgumentParser:
     """The parser of the command line ``argv`` (default ``sys.argv[1:]``). Every recipe is
     a choice of ``train`` and ``explain``; only the one ``argv`` names gets its flags
     (a plugin's is loaded then, and a plugin that fails to load is a ``ConfigError``
-    naming its entry point), so no other recipe can break the command."""
+    naming its entry point), so no other recipe can break the command. ``defaults``: the
+    values of its flags that a run file gives (``spec_flags.with_run_file``)."""
     from jaxrl_frag import recipes
 
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -92,7 +100,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                 continue
             recipe = recipes.get(name)
             sub = choices.add_parser(name, help=_summary(name, load=True))
-            _add_recipe_command(sub, command, recipe)
+            _add_recipe_command(sub, command, recipe, defaults or {})
             parser.elsewhere = _elsewhere(name, recipe)
     return parser
 

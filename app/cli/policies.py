@@ -1,4 +1,4 @@
-"""The distribution policies' flags, generated from ``sharding.POLICIES`` (``spec.policy_flags``).
+"""The distribution policies' flags, generated from every policy's dataclass (``sharding.policies``, ``spec.policy_flags``).
 
 A policy's command-line settings are its dataclass fields with a ``help`` in their
 metadata (``flag`` renames one, ``choices`` restricts it). A flag that several policies

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -148,10 +148,11 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
 
 
-def configure_runtime(argv: Sequence[str] | None) -> None:
+def configure_runtime(argv: Sequence[str] | None, defaults: Mapping[str, Any] | None = None) -> None:
     """Device count and multi-process runtime, from their flags read ahead of the full
-    parser: both must be set before jax's first operation (importing gymnax is one).
-    ``--devices`` touches only the CPU backend; an accelerator keeps its real devices."""
+    parser (``defaults``: a run file's values of them): both must be set before jax's
+    first operation (importing gymnax is one). ``--devices`` touches only the CPU
+    backend; an accelerator keeps its real devices."""
     from jaxrl_frag import distributed
 
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -160,6 +161,7 @@ def configure_runtime(argv: Sequence[str] | None) -> None:
     early = flags.Parser(prog=prog, add_help=False)  # its errors read as the full parser's
     add_runtime_flags(early)
     policies.add_flags(early, choices=False)
+    early.set_defaults(**(defaults or {}))
     args = early.parse_known_args(argv)[0]
     if argv[:1] == ["resume"]:  # the saved policy and device counts, unless overridden
         early.add_argument("run_dir", type=Path, nargs="?")

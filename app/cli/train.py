@@ -17,6 +17,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                         help="where config.json, metrics.csv and learning_curve.png go "
                              "(default runs/RECIPE-ENV-TIME)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the run's settings as a TOML file for --config, every default resolved, and exit "
+                             "without training")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --run-dir from its newest checkpoint (same settings)")
     parser.add_argument("--checkpoint-every", type=fields.parse_int, default=None, metavar="ITERATIONS",
@@ -34,4 +37,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 def train(args: argparse.Namespace) -> int:
     from jaxrl_frag.app import training
 
+    if args.print_config:
+        from jaxrl_frag.app.build import resolved_spec
+
+        print(resolved_spec(run_spec(args)).to_toml(), end="")
+        return 0
     return training.train(run_spec(args), args.run_dir, overwrite=args.overwrite, resume=args.resume)
