@@ -316,8 +316,18 @@ def test_documents_have_commands_and_marks_that_parse() -> None:
                 assert reason, f"{document.name}:{block.line}: a mark without its reason"
                 assert prefix is None or any(prefix in c.text for c in block.commands), (
                     f"{document.name}:{block.line}: the mark names `{prefix}`, which no command of the block holds")
-    readme = blocks(ROOT / "README.md")
-    assert sum(len(b.commands) for b in readme) > 30
+    assert sum(len(b.commands) for document in DOCUMENTS for b in blocks(document)) > 30
+    assert sum(len(b.commands) for b in blocks(ROOT / "README.md")) >= 3
+
+
+def test_the_readme_is_a_page_and_the_guides_are_the_docs_sites() -> None:
+    """The README shows the set-up, a Python and a command-line example and where to read on (at most 12 KB);
+    every guide it links is a page of the docs site's navigation."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.encode()) <= 12 * 1024
+    linked = set(re.findall(r"\]\(docs/([\w-]+\.md)\)", readme))
+    navigation = set(re.findall(r"^\s+- [^:]+: ([\w-]+\.md)$", (ROOT / "mkdocs.yml").read_text(), re.M))
+    assert linked and linked <= navigation, linked - navigation
 
 
 def test_the_command_line_caches_compiled_programs_in_xdg_cache_home(monkeypatch: pytest.MonkeyPatch,
