@@ -73,18 +73,21 @@ def _transform_flags(loaded: tuple[tuple[str, type], ...]) -> tuple[fields.Flag,
         hints = fields.type_hints(cls)
         for field in fields.settings_of(cls):
             flag = fields.field_flag(cls, field, hints)
-            option = f"--{name}-{fields.option_of(field)[2:]}"
-            out.append(dataclasses.replace(flag, option=option, dest=option[2:].replace("-", "_"),
-                                           help=f"{name}: {flag.help}"))
+            out.append(dataclasses.replace(flag, option=f"--{name}-{fields.option_of(field)[2:]}",
+                                           dest=_transform_dest(name, field.name), help=f"{name}: {flag.help}"))
     return tuple(out)
+
+
+def _transform_dest(transform: str, field: str) -> str:
+    """The name of setting ``field`` of plugin transform ``transform`` in a spec and config.json: ``NAME_FIELD``."""
+    return f"{transform.replace('-', '_')}_{field}"
 
 
 def transform_settings_of(name: str) -> dict[str, str]:
     """The settings of plugin transform ``name``: field name by destination."""
     from jaxrl_frag import transforms
 
-    prefix = f"{name.replace('-', '_')}_"
-    return {f"{prefix}{field.name}": field.name for field in fields.settings_of(transforms.get(name))}
+    return {_transform_dest(name, field.name): field.name for field in fields.settings_of(transforms.get(name))}
 
 
 @dataclasses.dataclass(frozen=True)
