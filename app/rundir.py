@@ -1,5 +1,6 @@
 """A run directory: ``config.json``, ``metrics.csv``, TensorBoard event files,
-``checkpoints/`` and ``learning_curve.png``, written by one process at a time.
+``checkpoints/`` and ``learning_curve.png`` (and W&B's files in ``wandb/``, where the run
+logs to W&B), written by one process at a time.
 
 The writer holds ``run.lock``: an exclusive ``flock``, released by the system when
 its process ends, so the lock of a killed run is free at once. ``--overwrite``
@@ -27,16 +28,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from jaxrl_frag.app.wandb_log import WandbLog
 from jaxrl_frag.errors import WRITE_FAILED, ConfigError
 from jaxrl_frag.writes import WriteError, write_atomically
 
-CONFIG, METRICS, CURVE, CHECKPOINTS, TENSORBOARD, LOCK, EVAL = (
-    "config.json", "metrics.csv", "learning_curve.png", "checkpoints", "tensorboard", "run.lock", "eval.csv")
+CONFIG, METRICS, CURVE, CHECKPOINTS, TENSORBOARD, LOCK, EVAL, WANDB = (
+    "config.json", "metrics.csv", "learning_curve.png", "checkpoints", "tensorboard", "run.lock", "eval.csv", "wandb")
 EVAL_COLUMNS = ("episode", "return", "length")  # eval.csv's, one row per episode (``jaxrl-frag evaluate``)
+
+
+class _Opaque:
+    """What another program keeps in a run directory, of any kind (links too), its contents its own: not entered."""
+
+
+_OPAQUE = _Opaque()
 # what a run writes (and evaluate), by name and kind at every depth: all that --overwrite removes. A
-# pattern maps to None (a file) or to what the folder it names may hold; a file may also be there as its
-# temporary name (``write_atomically``'s, or the ``NAME.tmp`` of earlier versions)
-_Tree = dict[str, "_Tree | None"]
+# pattern maps to None (a file), to what the folder it names may hold, or to _OPAQUE; a file may also be
+# there as its temporary name (``write_atomically``'s, or the ``NAME.tmp`` of earlier versions)
+_Tree = dict[str, "_Tree | _Opaque | None"]
 _HEX = r"[0-9a-f]+"
 _ORBAX_TMP = r"(\.orbax-checkpoint-tmp[-\d]*)?"
 _ORBAX_ITEM: _Tree = {  # what orbax writes for an item of a step (its state, its meta)
@@ -54,6 +63,8 @@ _RUN_TREE: _Tree = {
     CHECKPOINTS: {rf"\d+{_ORBAX_TMP}": _STEP},
     CHECKPOINTS + r"\.damaged": {r"\d+-\d{8}-\d{6}(-\d+)?": _STEP},
     TENSORBOARD: {r"events\.out\.tfevents\.\d+\.[\w.-]+": None},
+    # W&B's: a folder per start of its run (wandb.init), and links to the newest one and its logs
+    WANDB: {r"(offline-)?run-\d{8}_\d{6}-\w+|latest-run|debug(-internal)?\.log": _OPAQUE},
 }
 # what a run killed or failing before its first write may leave: the directory is still free
 _LEFTOVERS = frozenset({LOCK, CONFIG + ".tmp", METRICS + ".tmp", "config.tmp.json", "metrics.tmp.csv"})
@@ -77,6 +88,7 @@ class RunDir:
         self.path = Path(path)
         self._columns: list[str] | None = None
         self._log: _EventLog | None = None
+        self._wandb: WandbLog | None = None
         self._lock: int | None = None
 
     @property
@@ -147,7 +159,7 @@ class RunDir:
             raise
 
     def write_config(self, config: dict[str, Any]) -> None:
-        write_atomically(self.path / CONFIG, json.dumps(config, indent=2, sort_keys=True, default=str) + "\n")
+        write_atomically(self.path / CONFIG, _json_text(config))
 
     def read_config(self) -> dict[str, Any]:
         """The saved configuration; ``ConfigError`` naming config.json unless it is one a run
@@ -249,10 +261,16 @@ class RunDir:
         ``purge_step`` (env steps) left by an interrupted run are hidden from readers."""
         self._log = _EventLog(self.path / TENSORBOARD, purge_step)
 
+    def open_wandb(self, project: str, run_id: str, config: dict[str, Any]) -> None:
+        """Start the W&B run ``run_id`` of ``project`` (or continue it), its config ``config``
+        as config.json holds it, its files in ``wandb/``; ``append_metrics`` logs each row to it."""
+        self._wandb = WandbLog(self.path, project, run_id, json.loads(_json_text(config)))
+
     def append_metrics(self, row: dict[str, float]) -> None:
         """Append one row to ``metrics.csv`` (the first row fixes the columns), whole or not at
         all, and its scalars to the TensorBoard log, at step ``env_steps`` (per member in a
-        population); both are written when it returns."""
+        population); both are written when it returns. The row goes to the W&B run too, where
+        one is open (``open_wandb``)."""
         path = self.path / METRICS
         new = not path.exists() or path.stat().st_size == 0
         if self._columns is None:
@@ -264,6 +282,8 @@ class RunDir:
                 if name not in _NOT_SCALARS and isinstance(value, int | float) and math.isfinite(value):
                     self._log.add(prefix + name, value, int(row["env_steps"]))
             self._log.flush()  # on disk with its row of metrics.csv, before any checkpoint that follows
+        if self._wandb is not None:
+            self._wandb.log(row)
 
     def truncate_metrics(self, iteration: int) -> None:
         """Drop the rows past ``iteration`` (written after the checkpoint a run resumes from)."""
@@ -315,21 +335,27 @@ class RunDir:
             rows = list(csv.DictReader(f))
         return {k: [float(r[k]) for r in rows] for k in (rows[0] if rows else {})}
 
-    def close(self) -> None:
-        """Close the TensorBoard log and release the lock."""
+    def close(self, exit_code: int = 0) -> None:
+        """Close the TensorBoard log, finish the W&B run (as failed where ``exit_code``, the
+        run's exit status, is not 0) and release the lock."""
         try:
             if self._log is not None:
                 self._log, log = None, self._log
                 log.close()
         finally:
-            if self._lock is not None:
-                self._unlock()
+            try:
+                if self._wandb is not None:
+                    self._wandb, wandb = None, self._wandb
+                    wandb.close(exit_code)
+            finally:
+                if self._lock is not None:
+                    self._unlock()
 
     def __enter__(self) -> RunDir:
         return self
 
-    def __exit__(self, *_: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        self.close(0 if kind is None else 1)
 
     def plot(self, title: str) -> Path:
         """Draw ``metrics.csv`` into ``learning_curve.png`` (whole, or the earlier one kept); returns its path."""
@@ -531,6 +557,11 @@ def _config_problem(config: Any) -> str | None:
     return None
 
 
+def _json_text(config: dict[str, Any]) -> str:
+    """``config`` as config.json holds it."""
+    return json.dumps(config, indent=2, sort_keys=True, default=str) + "\n"
+
+
 def _read_holder(fd: int) -> str:
     """What the lock's holder wrote in it (empty for the moment after it took the lock)."""
     return os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
@@ -632,7 +663,8 @@ def _check_name(field: str, path: Path) -> None:
 
 def _foreign(folder: Path, tree: _Tree, prefix: str = "") -> list[str]:
     """The paths under ``folder`` (relative to it, ``prefix`` before them) that ``tree`` does not
-    name, by name and kind: what no run writes. A folder that is foreign is listed, not entered."""
+    name, by name and kind: what no run writes. A folder that is foreign is listed, not entered;
+    one that ``tree`` maps to ``_OPAQUE`` is neither."""
     try:
         names = sorted(os.listdir(folder))
     except OSError as error:
@@ -642,10 +674,11 @@ def _foreign(folder: Path, tree: _Tree, prefix: str = "") -> list[str]:
         path = folder / name
         link, is_dir = path.is_symlink(), path.is_dir()
         kinds = [children for pattern, children in tree.items() if re.fullmatch(pattern, name)]
-        fits = [children for children in kinds if not link and ((children is None) == (not is_dir and path.is_file()))]
+        fits = [children for children in kinds if children is _OPAQUE
+                or (not link and ((children is None) == (not is_dir and path.is_file())))]
         if not fits:
             found.append(prefix + name + ("/" if is_dir and not link else ""))
-        elif fits[0] is not None:
+        elif isinstance(fits[0], dict):
             found += _foreign(path, fits[0], f"{prefix}{name}/")
     return found
 

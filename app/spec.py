@@ -160,7 +160,8 @@ _OWN_KINDS = {"recipe": fields.STR, "env": fields.STR, "seed": fields.INT, "seed
               "transforms": fields.TEXTS,
               "samples": fields.optional(fields.INT, None), "chunk_iterations": fields.optional(fields.INT, None),
               "checkpoint_every": fields.optional(fields.INT, None), "keep_checkpoints": fields.INT,
-              "eval_every": fields.optional(fields.INT, None), "eval_episodes": fields.optional(fields.INT, None)}
+              "eval_every": fields.optional(fields.INT, None), "eval_episodes": fields.optional(fields.INT, None),
+              "wandb": fields.optional(fields.STR, None)}
 
 
 def setting_kinds(recipe: type) -> dict[str, fields.Kind]:
@@ -176,7 +177,8 @@ class RunSpec:
     run, or a population of ``seeds`` per setting of ``sweep``), the distribution policy
     and its settings, adaptive actor boosting, evaluation during training, the plugin
     transforms it applies in order (``transforms``; their settings by ``NAME_SETTING``),
-    and the rows and checkpoints it writes. Settings left unset (``None``) take their
+    the rows and checkpoints it writes, and the Weights & Biases project it logs its rows
+    to as well (``wandb``; ``None``: none). Settings left unset (``None``) take their
     defaults as the run is built."""
 
     recipe: str
@@ -198,6 +200,7 @@ class RunSpec:
     chunk_iterations: int | None = None
     checkpoint_every: int | None = None
     keep_checkpoints: int = 3
+    wandb: str | None = None
 
     def __post_init__(self) -> None:
         """Refuses (``ConfigError``) a setting that a run of this recipe does not take;
@@ -259,7 +262,7 @@ class RunSpec:
         """The specification as config.json's ``settings`` record it: a flat object, every
         policy setting by name (its default where unset: ``null`` for one without), the
         recipe's, boosting's and the transforms' given ones (boosting's prefixed ``boost_``);
-        ``transforms`` only where there are any (as a run before them wrote it)."""
+        ``transforms`` and ``wandb`` only where there are any (as a run before them wrote it)."""
         kinds = setting_kinds(self.recipe_cls)
         given = {**{f"boost_{k}": v for k, v in self.boost_settings.items()}, **self.recipe_settings}
         return {"recipe": self.recipe, "env": self.env, "seed": self.seed, "seeds": self.seeds, "sweep": list(self.sweep),
@@ -269,6 +272,7 @@ class RunSpec:
                 "keep_checkpoints": self.keep_checkpoints, "boost": self.boost, "boost_calibrate": self.boost_calibrate,
                 "eval_every": self.eval_every, "eval_episodes": self.eval_episodes,
                 **({"transforms": list(self.transforms)} if self.transforms else {}),
+                **({"wandb": self.wandb} if self.wandb is not None else {}),
                 **{k: kinds[k].dump(v) for k, v in {**self.transform_settings, **given}.items()}}
 
     @classmethod

@@ -1,12 +1,14 @@
 """Training a ``RunSpec`` into a run directory (config.json, metrics.csv, TensorBoard
-events, checkpoints, the learning curve), and continuing one: what ``jaxrl-frag train``
-and ``jaxrl-frag resume`` do, and what Python calls (``train``, ``resume``). Each
-returns the exit status the command line exits with, having said why on stderr."""
+events, checkpoints, the learning curve; W&B's files where it logs to W&B), and continuing
+one: what ``jaxrl-frag train`` and ``jaxrl-frag resume`` do, and what Python calls
+(``train``, ``resume``). Each returns the exit status the command line exits with, having
+said why on stderr."""
 
 from __future__ import annotations
 
 import datetime
 import logging
+import secrets
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,10 +20,11 @@ from jaxrl_frag.app.build import Members, make_algorithm, make_policy, memory_fi
 from jaxrl_frag.app.compilation_cache import enable_compilation_cache
 from jaxrl_frag.app.signals import Interrupt, StopOnSignal
 from jaxrl_frag.app.spec import RESUMABLE_CHANGES, RunSpec
+from jaxrl_frag.app.wandb_log import check_project
 from jaxrl_frag.errors import ENV_WORKER_FAILED, INTERRUPTED, NON_FINITE, WRITE_FAILED, check
 
-# what config.json records beyond the settings, and is free to differ on resume
-RUNTIME_KEYS = ("jax", "backend", "processes", "device_count", "settings")
+# what config.json records beyond the settings, and is free to differ on resume (wandb_run: the id of the W&B run)
+RUNTIME_KEYS = ("jax", "backend", "processes", "device_count", "settings", "wandb_run")
 
 
 def train(spec: RunSpec, run_dir: str | Path | None = None, *, overwrite: bool = False, resume: bool = False) -> int:
@@ -39,6 +42,8 @@ def train(spec: RunSpec, run_dir: str | Path | None = None, *, overwrite: bool =
     run_dir = RunDir(Path(run_dir) if run_dir is not None else Path("runs") / f"{spec.recipe}-{spec.env}-{stamp}")
     if is_main_process():
         run_dir.check_free(overwrite, resume)
+        if spec.wandb is not None:
+            check_project(spec.wandb)
     saved = run_dir.read_config() if resume else None
     # a boosted run keeps the rounds' device-seconds it was calibrated with
     algo, members = make_algorithm(spec, round_seconds=None if saved is None else saved.get("round_seconds"))
@@ -74,6 +79,8 @@ def resume(run_dir: str | Path, overrides: Mapping[str, Any] | None = None, *, r
         run_dir.check_free(resume=True)  # a run's directory, writable, and written by no other process
     saved = run_dir.read_config()
     spec = saved_spec(run_dir, saved, overrides)
+    if spec.wandb is not None and is_main_process():
+        check_project(spec.wandb)
     algo, members = make_algorithm(spec, round_seconds=saved.get("round_seconds"))
     config = resolved_config(spec, algo)
     changed = changed_settings(saved, config, (*RUNTIME_KEYS, *overrides), setting_defaults(algo))
@@ -104,7 +111,9 @@ def run(spec: RunSpec, run_dir: Any, algo: Any, members: Members | None, config:
     absl.addFilter(_not_from_orbax)
     try:
         with run_dir:
-            return _run_locked(spec, run_dir, algo, members, config, resume, overwrite, restart)
+            status = _run_locked(spec, run_dir, algo, members, config, resume, overwrite, restart)
+            run_dir.close(status)  # a W&B run ends with the exit status
+            return status
     except Exception as error:
         failure = write_failure(error, run_dir.path)
         if failure is None:
@@ -140,7 +149,8 @@ def _run_locked(spec: RunSpec, run_dir: Any, algo: Any, members: Members | None,
     if main_process and not resume:
         run_dir.create(overwrite)
     config = {**config, "device_count": policy.device_count, "processes": jax.process_count(), "jax": jax.__version__,
-              "backend": jax.default_backend(), "settings": spec.to_json()}
+              "backend": jax.default_backend(), "settings": spec.to_json(),
+              **_wandb_run(spec, run_dir, resume and not restart)}
     checkpoints = Checkpoints(run_dir.checkpoints, every=config["checkpoint_every"], keep=config["keep_checkpoints"])
     try:
         start, finished = _starting_point(program, checkpoints, run_dir, algo, members, resume, restart,
@@ -155,6 +165,15 @@ def _run_locked(spec: RunSpec, run_dir: Any, algo: Any, members: Members | None,
     say(f"stopped at iteration {outcome.iteration} of {algo.num_iterations}; checkpoint saved in "
         f"{checkpoints.directory}. Resume with: jaxrl-frag resume {run_dir.path}")
     return 0
+
+
+def _wandb_run(spec: RunSpec, run_dir: Any, continuing: bool) -> dict[str, str]:
+    """config.json's ``wandb_run``, where ``spec`` logs to W&B: the id of its W&B run, the
+    saved one where a run continues (not one started over), else a new one."""
+    if spec.wandb is None:
+        return {}
+    saved = run_dir.read_config().get("wandb_run") if continuing else None
+    return {"wandb_run": saved or secrets.token_hex(4)}
 
 
 def _compile(spec: RunSpec, run_dir: Any, algo: Any, config: dict[str, Any],
@@ -234,6 +253,8 @@ def _train(spec: RunSpec, run_dir: Any, program: Any, algo: Any, members: Member
     if main_process:
         run_dir.write_config(config)
         run_dir.open_log(purge_step=done * algo.steps_per_iteration + 1)
+        if spec.wandb is not None:
+            run_dir.open_wandb(spec.wandb, config["wandb_run"], config)
     earlier = [] if start is None else start.meta.get("rows", [])
     on_chunk = _Reporter(run_dir, members, algo, done, earlier) if main_process else None
     stop = StopOnSignal(resume=f"jaxrl-frag resume {run_dir.path}")
@@ -288,8 +309,9 @@ def _finish(spec: RunSpec, run_dir: Any, history: Any, members: Members | None, 
         curve = run_dir.plot(title)
     else:
         curve = _write_population_report(run_dir, history, members, title, on_chunk.failures)
+    wandb = "" if spec.wandb is None else f", {run_dir.path / 'wandb'}"
     print(f"wrote {run_dir.path / 'config.json'}, {run_dir.path / 'metrics.csv'}, {curve}, "
-          f"{run_dir.path / 'tensorboard'}, {run_dir.checkpoints}")
+          f"{run_dir.path / 'tensorboard'}, {run_dir.checkpoints}{wandb}")
     if stop.requested:
         say("interrupted; the run is complete and every file written", file=sys.stderr)
         return INTERRUPTED

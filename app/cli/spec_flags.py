@@ -17,7 +17,7 @@ from jaxrl_frag.errors import ConfigError
 
 # train's and explain's settings that are the specification's own fields, by the same name
 _OWN = ("seed", "seeds", "samples", "boost", "boost_calibrate", "eval_every", "eval_episodes", "chunk_iterations",
-        "checkpoint_every", "keep_checkpoints")
+        "checkpoint_every", "keep_checkpoints", "wandb")
 
 
 def add_recipe_flags(parser: argparse.ArgumentParser, recipe: type) -> None:

@@ -1,5 +1,6 @@
-"""``jaxrl-frag train``: the flags of a run's directory, checkpoints and evaluation during
-training; training itself is ``app.training.train`` of the ``RunSpec`` the flags make."""
+"""``jaxrl-frag train``: the flags of a run's directory, checkpoints, evaluation during
+training and W&B logging; training itself is ``app.training.train`` of the ``RunSpec``
+the flags make."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from jaxrl_frag.app.spec import EVAL_EPISODES
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    """``train``'s own flags (its run directory and checkpoints)."""
+    """``train``'s own flags (its run directory, checkpoints, evaluation and W&B)."""
     parser.add_argument("--run-dir", type=Path, default=None,
                         help="where config.json, metrics.csv and learning_curve.png go "
                              "(default runs/RECIPE-ENV-TIME)")
@@ -32,6 +33,11 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                              "(default: no evaluation)")
     parser.add_argument("--eval-episodes", type=fields.parse_int, default=None, metavar="N",
                         help=f"episodes per evaluation of --eval-every (default {EVAL_EPISODES})")
+    parser.add_argument("--wandb", default=None, metavar="PROJECT",
+                        help="also log each row of metrics.csv to this Weights & Biases project, the run's "
+                             "configuration as its config, its files in RUN_DIR/wandb (pip install "
+                             "'jaxrl-frag[wandb]'; WANDB_MODE=offline logs without a network, for `wandb sync` "
+                             "to upload later); a resumed run continues the same W&B run (default: off)")
 
 
 def train(args: argparse.Namespace) -> int:
