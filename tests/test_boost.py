@@ -78,6 +78,7 @@ def test_gradient_noise_terms_are_unbiased() -> None:
         assert error <= 4 * float(estimates.std()) / np.sqrt(len(estimates)), (float(estimates.mean()), expected)
 
 
+@pytest.mark.slow  # two programs each, fully optimised
 @pytest.mark.users_compilation
 @pytest.mark.parametrize(("minibatches", "steps", "count"), [("batch", 8, 2), ("size", 16, 4), ("count", 16, 2)])
 def test_a_run_forced_to_one_rung_equals_the_fixed_run(minibatches: str, steps: int, count: int) -> None:
@@ -176,6 +177,7 @@ def test_a_ladder_whose_rungs_do_not_fit_is_refused_before_tracing(
     assert "boost_ladder='4,6': under --boost-minibatches batch" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # every rung's round compiled: make test runs it, make test-fast the controller's unit tests
 def test_switching_rungs_keeps_every_environments_state() -> None:
     """Random rungs, round by round: the environments a round does not use keep their
     state exactly; those it uses continue as the rung's own recipe continues them."""

@@ -55,6 +55,7 @@ def _check_rows(history: jf.History, evaluated: Evaluated) -> None:
                                _expected(evaluated, history.state))
 
 
+@pytest.mark.slow  # two programs, fully optimised
 @pytest.mark.users_compilation
 def test_training_is_bitwise_unchanged_and_each_row_reports_its_evaluations(recipe: jf.recipes.PPO) -> None:
     # both programs compiled here, as a user's run is (the module's ``plain`` may have been compiled for another test)

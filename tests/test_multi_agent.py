@@ -58,6 +58,7 @@ def test_observations_are_padded_under_a_mask_and_padded_actions_are_never_avail
     assert obs.state.shape[-1] == 2 * 11  # MPE has no world state: every agent's observation side by side
 
 
+@pytest.mark.slow  # SMAX's step compiled: make test runs it, make test-fast the cheaper unit tests
 def test_the_time_limit_truncates_every_agent_and_a_dead_unit_terminates_alone() -> None:
     mpe = envs.make(MPE, num_envs=4)
     _, ts = random_steps(mpe, 3 * mpe.max_steps)
@@ -98,6 +99,7 @@ def test_shared_parameters_read_agent_ids_and_per_agent_ones_stack_on_an_agents_
     assert not np.allclose(kernels[0], kernels[1])  # each agent initialised on its own
 
 
+@pytest.mark.slow  # SMAX's rollout compiled
 def test_the_mappo_critic_reads_the_global_state_and_actions_outside_the_mask_are_never_taken() -> None:
     mappo = jf.recipes.MAPPO.create(SMAX, memory="none", **TINY)  # its layers as they read their inputs
     state_dim = mappo.env.state_space.shape[0]
@@ -141,6 +143,7 @@ def smax_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[jf.Program, jf.H
     return program, whole, directory
 
 
+@pytest.mark.slow  # a whole MAPPO run on SMAX compiled
 def test_a_run_reports_the_team_each_agent_and_the_win_rate(smax_run) -> None:
     _, whole, _ = smax_run
     assert {"episode_return", "episode_won", *(f"episode_return_agent{i}" for i in range(3))} <= set(whole.final)
@@ -148,6 +151,7 @@ def test_a_run_reports_the_team_each_agent_and_the_win_rate(smax_run) -> None:
     assert (count > 0).all() and ((won >= 0) & (won <= 1)).all()
 
 
+@pytest.mark.slow  # the SMAX run's
 def test_a_multi_agent_run_resumes_exactly(smax_run) -> None:
     program, whole, directory = smax_run
     resumed = program.run(program.restore(directory))
@@ -157,6 +161,7 @@ def test_a_multi_agent_run_resumes_exactly(smax_run) -> None:
     np.testing.assert_array_equal(resumed["episode_won"], whole["episode_won"][2:])
 
 
+@pytest.mark.slow  # a run, its evaluation and its export compiled
 def test_a_multi_agent_run_evaluates_loads_and_exports(tmp_path: Path) -> None:
     """``evaluate`` plays complete team episodes (MPE's end at its time limit: JaxMARL's
     ends an episode at the step taken once 25 were, its 26th); ``load_policy`` acts on
@@ -238,8 +243,9 @@ def test_mappo_wins_smax_3m() -> None:
     JaxMARL's heuristic enemy; MAPPO at its SMAX defaults (recurrent policy and critic,
     JaxMARL's settings) wins 79%, 77% and 77% of its battles over the last tenth of 1e6
     steps (seeds 0-2; with a feed-forward critic 62%, 69% and 66%; feed-forward throughout,
-    before fallen units shared the team's return, 27%, 13% and 14%)."""
-    algo = jf.recipes.MAPPO.create(SMAX, total_steps=1_000_000)
+    before fallen units shared the team's return, 27%, 13% and 14%), and seed 0 64% to 67%
+    over the last five rows of 5e5 steps, the run this test makes."""
+    algo = jf.recipes.MAPPO.create(SMAX, total_steps=500_000)
     history = jf.compile(algo).run(jax.random.PRNGKey(0))
     assert history["episode_won"][-5:].mean() >= 0.4, history["episode_won"]
 
@@ -255,6 +261,7 @@ def test_ippo_learns_mabrax_hopper() -> None:
     assert np.nanmean(history["episode_return"][-5:]) >= 300.0, history["episode_return"]
 
 
+@pytest.mark.slow  # two placements compiled
 def test_parameters_per_agent_split_over_an_agents_mesh_axis_and_the_run_is_the_same(tmp_path: Path) -> None:
     from jaxrl_frag.sharding import DataParallel
 

@@ -21,8 +21,10 @@ MASKED = "CartPole-v1@obs=0,2"  # CartPole without its velocities
 
 @pytest.mark.parametrize(("recipe", "env", "settings"), [
     ("PPO", MASKED, {}), ("IMPALA", MASKED, {}),
-    # a memory per agent, forgotten where that agent is done (SMAX: a unit died), and one torso per agent
-    ("MAPPO", "jaxmarl:SMAX_3m", {}), ("IPPO", "jaxmarl:MPE_simple_spread_v3", {"shared_params": False})])
+    # a memory per agent, forgotten where that agent is done (SMAX: a unit died), and one torso per agent; the
+    # multi-agent rows cost the most to compile (a minute of make test-fast's share on 2 cores): make test runs them
+    pytest.param("MAPPO", "jaxmarl:SMAX_3m", {}, marks=pytest.mark.slow),
+    pytest.param("IPPO", "jaxmarl:MPE_simple_spread_v3", {"shared_params": False}, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("memory", ["gru", "lstm"])
 def test_the_learner_replays_the_memory_the_actor_acted_with(recipe: str, env: str, settings: dict,
                                                             memory: str) -> None:
