@@ -73,6 +73,7 @@ def test_explain_shows_fragments_bytes_and_flops(capsys: pytest.CaptureFixture[s
     assert "flops" in out
 
 
+@pytest.mark.slow  # processes of their own
 def test_console_script_and_module_entry_exit_2_without_traceback() -> None:
     for cmd in (["jaxrl-frag"], [sys.executable, "-m", "jaxrl_frag"]):
         exe = Path(sys.executable).parent / cmd[0] if cmd[0] == "jaxrl-frag" else cmd[0]
@@ -115,6 +116,7 @@ def test_sweep_writes_member_rows_summary_and_curves(tmp_path: Path, capsys: pyt
     assert (run_dir / "learning_curve.png").exists() and (run_dir / "summary.csv").exists()
 
 
+@pytest.mark.slow  # two runs of the command line
 def test_resume_trains_on_to_a_longer_total_with_default_intervals(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "run"
@@ -155,6 +157,7 @@ def test_a_run_saved_before_a_setting_existed_resumes_at_its_default(tmp_path: P
         assert [float(r["iteration"]) for r in csv.DictReader(f)][-1] == 6
 
 
+@pytest.mark.slow  # three runs of the command line, each compiling its programs
 def test_actor_learner_trains_explains_and_resumes_from_the_command_line(tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "run"
@@ -316,6 +319,7 @@ sys.exit(main(["explain", "ppo", "--env", "CartPole-v1", "--policy", "actor-lear
 """
 
 
+@pytest.mark.slow  # a process of its own
 @pytest.mark.parametrize(("script", "expected"), [
     (STARTED_BY_AN_IMPORT, ["devices=4: --devices needs 4 CPU devices, but the CPU backend is already running with 1",
                             "started by importing starter (its first jax operation: starter.py:3)",

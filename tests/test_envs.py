@@ -131,6 +131,7 @@ def test_brax_pole_falling_is_a_termination(pendulum_rollout) -> None:
     assert np.asarray(ts.info["episode_length"])[np.asarray(ts.done)].max() < 10
 
 
+@pytest.mark.slow  # a process of its own: brax not yet imported
 def test_brax_ids_are_listed_and_bad_ones_refused_before_brax_loads() -> None:
     code = ("import sys; from jaxrl_frag import ConfigError, envs\n"
             "assert 'brax:hopper' in envs.available() and 'brax:inverted_pendulum' in envs.available()\n"

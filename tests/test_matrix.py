@@ -75,7 +75,7 @@ def reference(recipe: str) -> list[np.ndarray]:
 
 
 # the recurrent rows cost the most to compile (a minute and a half of make test-fast's share on 2 cores): make test
-# runs them and the other variants, make test-fast keeps one row of each recipe
+# runs them and the other variants, make test-fast keeps one row of each recipe, and its exact policies only
 RECIPES = [pytest.param(recipe, marks=pytest.mark.slow) if recipe in VARIANT_OF else recipe for recipe in SMALL]
 
 
@@ -93,6 +93,7 @@ def test_an_exact_policy_equals_single_device(recipe: str, policy: str) -> None:
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # no equality to check, a program each: make test runs them
 @pytest.mark.parametrize("policy", list(INEXACT))
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_an_inexact_policy_runs(recipe: str, policy: str) -> None:

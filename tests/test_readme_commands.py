@@ -1,5 +1,6 @@
 """The README executed as a user runs it: every command of every shell block (```bash, ```sh,
-```console) of README.md and docs/*.md, each in a fresh process with a clean environment.
+```console) and every ```python block of README.md and docs/*.md, each in a fresh process with a
+clean environment (a Python block whole, as a script the virtualenv's python runs).
 
 The environment is built from scratch, nothing inherited from the suite (no XLA_FLAGS, no JAX_* or
 JAXRL_FRAG_* variable): PATH with .venv/bin first, a temporary HOME and XDG_CACHE_HOME, and one knob,
@@ -56,6 +57,7 @@ CACHE_BYTES = 2**30  # this test's compilation cache; past this the oldest entri
 
 _FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
 _SHELL = ("bash", "sh", "console")
+PYTHON = "python"
 _MARK = re.compile(r"<!--\s*(not run by the suite|run by make test-long only)(?:,\s*`([^`]+)`)?:\s*(.*?)\s*-->", re.S)
 NEVER, LONG = "not run by the suite", "run by make test-long only"  # the marks' kinds
 _NUMBER = re.compile(r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?%?")
@@ -66,13 +68,19 @@ _PLACEHOLDER = re.compile(r"<[A-Za-z_][\w -]*>")
 class Command:
     document: Path
     line: int  # where it starts in the document
-    text: str  # as the document writes it (continuation lines joined)
+    text: str  # as the document writes it (continuation lines joined; a Python block's whole source)
     mark: str | None = None  # NEVER or LONG, where the document marks it so
     reason: str = ""  # the mark's
+    python: bool = False  # a Python block, run as a script
 
     @property
     def where(self) -> str:
         return f"{self.document.relative_to(ROOT)}:{self.line}"
+
+    @property
+    def shown(self) -> str:
+        """The command, or a Python block by its length, for a line of the report."""
+        return f"a Python block of {self.text.count(chr(10))} lines" if self.python else self.text
 
 
 @dataclasses.dataclass
@@ -86,7 +94,7 @@ class Block:
 
 
 def blocks(document: Path) -> list[Block]:
-    """The fenced blocks of ``document`` (shell and text ones), with the marks right before each."""
+    """The fenced blocks of ``document`` (shell, Python and text ones), with the marks right before each."""
     text = document.read_text()
     found = []
     end = 0
@@ -95,7 +103,7 @@ def blocks(document: Path) -> list[Block]:
         line = text.count("\n", 0, match.start()) + 1
         before = text[end:match.start()]
         end = match.end()
-        if language not in (*_SHELL, "text"):
+        if language not in (*_SHELL, PYTHON, "text"):
             continue
         # the HTML comments between the block and the paragraph's last line of prose
         marks = []
@@ -110,6 +118,8 @@ def blocks(document: Path) -> list[Block]:
         block = Block(document, line, language, match.group(2), marks)
         if language in _SHELL:
             block.commands = _commands(block)
+        elif language == PYTHON:
+            block.commands = [_marked(block, Command(document, line + 1, match.group(2), python=True))]
         found.append(block)
     return found
 
@@ -130,12 +140,16 @@ def _commands(block: Block) -> list[Command]:
             continue
         text = " ".join((pending + line).split())
         pending = ""
-        command = Command(block.document, start, text)
-        for kind, prefix, reason in block.marks:
-            if prefix is None or prefix in text:
-                command.mark, command.reason = kind, reason
-        commands.append(command)
+        commands.append(_marked(block, Command(block.document, start, text)))
     return commands
+
+
+def _marked(block: Block, command: Command) -> Command:
+    """``command`` with the mark of ``block`` that applies to it."""
+    for kind, prefix, reason in block.marks:
+        if prefix is None or prefix in command.text:
+            command.mark, command.reason = kind, reason
+    return command
 
 
 def clean_env(home: Path) -> dict[str, str]:
@@ -265,26 +279,27 @@ def run_documents(documents: tuple[Path, ...], tmp: Path, long: bool = False, ca
                     if command.mark == NEVER or (command.mark == LONG and not long):
                         why = f"{command.mark}: {command.reason}" if command.mark == LONG else command.reason
                         outcomes.append(Outcome(command, "skipped", why))
-                        report(f"  {command.where}: skipped ({why}): {command.text}")
+                        report(f"  {command.where}: skipped ({why}): {command.shown}")
                     output = None
                     continue
-                code = without_comment(command.text)
+                code = command.text if command.python else without_comment(command.text)
                 if code in done:
                     outcomes.append(Outcome(command, "repeated", done[code].where))
-                    report(f"  {command.where}: run before, at {done[code].where}: {command.text}")
+                    report(f"  {command.where}: run before, at {done[code].where}: {command.shown}")
                     output = None
                     continue
-                if not runnable(command.text, cwd, env):
+                if not command.python and not runnable(command.text, cwd, env):
                     failures.append(f"{command.where}: `{command.text}`: {_program(command.text)!r} does not exist "
                                     "here; run it, or mark it in the document: <!-- not run by the suite: REASON --> "
                                     "right before its block")
                     output = None
                     continue
-                line = resolve(REWRITES.get(code, code), cwd)
+                line = code if command.python else resolve(REWRITES.get(code, code), cwd)
+                argv = [str(cwd / ".venv" / "bin" / "python"), "-c", line] if command.python else ["bash", "-c", line]
                 start = time.monotonic()
                 try:
-                    result = subprocess.run(["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True,
-                                            timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+                    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT,
+                                            stdin=subprocess.DEVNULL)
                 except subprocess.TimeoutExpired as error:
                     failures.append(f"{command.where}: `{line}` ran past {TIMEOUT} s:\n{error.stdout}\n{error.stderr}")
                     output = None
@@ -292,13 +307,14 @@ def run_documents(documents: tuple[Path, ...], tmp: Path, long: bool = False, ca
                 seconds = time.monotonic() - start
                 done[code] = command
                 outcomes.append(Outcome(command, "ran", f"{seconds:.1f} s"))
-                report(f"  {command.where}: exit {result.returncode} in {seconds:.1f} s: {line}")
+                shown = command.shown if command.python else line
+                report(f"  {command.where}: exit {result.returncode} in {seconds:.1f} s: {shown}")
                 if result.returncode != 0:
-                    failures.append(f"{command.where}: `{line}` exited with status {result.returncode}:\n"
+                    failures.append(f"{command.where}: `{shown}` exited with status {result.returncode}:\n"
                                     f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
                     output = None
                     continue
-                trains = (re.search(r"(^make train$|jaxrl-frag (train|resume) )", code)
+                trains = not command.python and (re.search(r"(^make train$|jaxrl-frag (train|resume) )", code)
                           and not re.search(r"--help|--print-config", code))
                 if trains and f"JAXRL_FRAG_MAX_STEPS={MAX_STEPS}: training for" not in result.stderr:
                     failures.append(f"{command.where}: `{line}` did not say that it capped its steps:\n{result.stderr}")
@@ -318,6 +334,7 @@ def test_documents_have_commands_and_marks_that_parse() -> None:
                     f"{document.name}:{block.line}: the mark names `{prefix}`, which no command of the block holds")
     assert sum(len(b.commands) for document in DOCUMENTS for b in blocks(document)) > 30
     assert sum(len(b.commands) for b in blocks(ROOT / "README.md")) >= 3
+    assert sum(c.python for document in DOCUMENTS for b in blocks(document) for c in b.commands) >= 5
 
 
 def test_the_readme_is_a_page_and_the_guides_are_the_docs_sites() -> None:
@@ -360,7 +377,7 @@ def _run_and_check(tmp_path: Path, long: bool) -> None:
     skipped = [o for o in outcomes if o.status == "skipped"]
     print(f"{sum(o.status == 'ran' for o in outcomes)} commands ran, {len(skipped)} skipped:")
     for outcome in skipped:
-        print(f"  {outcome.command.where}: {outcome.command.text}  -- {outcome.detail}")
+        print(f"  {outcome.command.where}: {outcome.command.shown}  -- {outcome.detail}")
     assert not failures, "\n\n".join(failures)
 
 
