@@ -4,9 +4,9 @@
 #             2 AMD EPYC cores, 13 to 14 on 2 Intel Xeon cores; see tests/conftest.py and benchmarks/RESULTS.md)
 # make test-long: the longest runs (marked long: Atari, Gymnasium, SMAX, Brax, the multi-process actor-learner and
 #             host-environment runs); CI (.ci/run) runs make test, then this
-# make test-fast: the unit and equivalence tests only, no learning thresholds, no real processes and not the
-#             recipe x policy matrix's recurrent rows (once the compilation cache holds their programs: 2.5 minutes
-#             on 2 AMD EPYC cores, about 5 on 2 Intel Xeon cores)
+# make test-fast: the unit and equivalence tests only, no learning thresholds, no real processes, nor the programs
+#             costliest to compile (the recipe x policy matrix's recurrent and inexact rows, SMAX, boosting's rungs):
+#             under 3 minutes on 2 Intel Xeon cores once the compilation cache holds their programs, 4.3 from empty
 # make docs:  set up .venv if needed, then build the API reference into site/ (open site/index.html)
 VENV ?= .venv
 PYTHON ?= python3
