@@ -1,7 +1,7 @@
 # make train: set up .venv if needed (about 90 s on a fresh machine), then train PPO on CartPole-v1 (15-20 s on 2 CPU cores)
 # make test:  set up .venv if needed, then lint, build the API reference (strict) and run the test suite but for
 #             the longest learning runs (once the compilation cache holds the suite's programs: 8 to 10 minutes on
-#             2 AMD EPYC cores, 13 to 14 on 2 Intel Xeon cores; see tests/conftest.py and benchmarks/RESULTS.md)
+#             2 AMD EPYC cores, 13 to 14 on 2 Intel Xeon cores; see tests/conftest.py and the suite times in benchmarks/RESULTS.md)
 # make test-long: the longest runs (marked long: Atari, Gymnasium, SMAX, Brax, the multi-process actor-learner and
 #             host-environment runs); CI (.ci/run) runs make test, then this
 # make test-fast: the unit and equivalence tests only, no learning thresholds, no real processes, nor the programs

@@ -25,6 +25,9 @@ observations in shared memory) and this process (``InProcessPool``, ale-py's thr
 against one ale-py vector environment with as many threads in this process, and
 against EnvPool (``envpool_step.py``, run by ``--envpool-python``) likewise;
 environment steps per second, alternating.
+
+``--json benchmarks/results/host_envs.json`` (any of the three) puts each ratio into
+RESULTS.md's records, replacing the record of the same two sides and environment.
 """
 
 from __future__ import annotations
@@ -36,14 +39,23 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
+import results
 
 import jaxrl_frag as jf
 from jaxrl_frag.recipes import PPO
 
 SB3_SCRIPT = Path(__file__).with_name("sb3_ppo.py")
+
+
+def ratio_record(a: str, b: str, env: str, ratios: list[float], sps: tuple[list[float], list[float]]) -> dict[str, Any]:
+    """The record of A / B: the median of the pairs' ratios, the pairs and each side's steps/s."""
+    return results.record({"a": a, "b": b, "env": env},
+                          {"ratio": statistics.median(ratios), "pairs": ratios, "steps_per_s_pairs": list(sps)},
+                          f"{jax.devices()[0].device_kind}; jax {jax.__version__}")
 
 
 def _timed_rollouts(algo: PPO, key: jax.Array, rounds: int) -> float:
@@ -61,7 +73,7 @@ def _timed_rollouts(algo: PPO, key: jax.Array, rounds: int) -> float:
     return time.perf_counter() - start
 
 
-def ring(args: argparse.Namespace) -> None:
+def ring(args: argparse.Namespace) -> list[dict[str, Any]]:
     settings = dict(num_envs=args.num_envs, num_steps=args.num_steps, total_steps=int(args.steps))
     algos = {name: PPO.create(args.env, env_ring=name == "ring", **settings) for name in ("ring", "alternation")}
     programs = {name: jf.compile(algo) for name, algo in algos.items()}
@@ -80,18 +92,22 @@ def ring(args: argparse.Namespace) -> None:
                   f"steps/s  return {history.last('episode_return'):.1f}", flush=True)
     for algo in algos.values():
         algo.env.close()
+    records = []
     for what, sps in (("acting", acting), ("training", training)):
         ratios = [r / a for r, a in zip(sps["ring"], sps["alternation"], strict=True)]
         print(f"{what}: ring {statistics.median(sps['ring']):.0f} steps/s, alternation "
               f"{statistics.median(sps['alternation']):.0f} steps/s; ring speedup {statistics.median(ratios):.2f}x "
               f"(pairs {', '.join(f'{r:.2f}' for r in ratios)})")
+        records.append(ratio_record("ring", "alternation", f"{args.env}: {what}", ratios,
+                                    (sps["ring"], sps["alternation"])))
+    return records
 
 
 # CleanRL's ppo_atari.py settings for ale: (the rest as the CartPole ones), on both sides
 ATARI = dict(num_minibatches=4, num_epochs=4, clip_eps=0.1)
 
 
-def sb3(args: argparse.Namespace) -> None:
+def sb3(args: argparse.Namespace) -> list[dict[str, Any]]:
     atari = args.env.startswith("ale:")
     # a constant learning rate, as Stable-Baselines3's
     settings = dict(num_envs=args.num_envs, total_steps=int(args.steps), anneal_lr=False, **(ATARI if atari else {}))
@@ -118,12 +134,15 @@ def sb3(args: argparse.Namespace) -> None:
                                          for name, values in sps.items()), flush=True)
     for algo in algos.values():
         algo.env.close()
+    records = []
     for ours in algos:
         for name in [n for n in sps if n != ours and not (n in algos and ours.endswith("processes"))]:
             ratios = [a / b for a, b in zip(sps[ours], sps[name], strict=True)]
             print(f"{ours} / {name}: {statistics.median(ratios):.2f}x (pairs {', '.join(f'{r:.2f}' for r in ratios)}); "
                   f"steps/s {statistics.median(sps[ours]):.0f} vs {statistics.median(sps[name]):.0f}; final return "
                   f"{np.mean(returns[ours]):.1f} vs {np.mean(returns[name]):.1f}")
+            records.append(ratio_record(ours, name, f"{args.env}: training", ratios, (sps[ours], sps[name])))
+    return records
 
 
 def _pool_sps(kind: type, env: str, num_envs: int, workers: int, steps: int) -> float:
@@ -157,7 +176,7 @@ def _vector_sps(env: str, num_envs: int, threads: int, steps: int) -> float:
     return steps * num_envs / (time.perf_counter() - start)
 
 
-def stepping(args: argparse.Namespace) -> None:
+def stepping(args: argparse.Namespace) -> list[dict[str, Any]]:
     from jaxrl_frag.envs.host_pool import HostEnvPool, InProcessPool
 
     pools = {"worker pool": HostEnvPool, "in-process pool": InProcessPool}
@@ -174,10 +193,13 @@ def stepping(args: argparse.Namespace) -> None:
                                   str(args.workers), "--steps", str(args.steps)], capture_output=True, text=True, check=True)
             sps["EnvPool in process"].append(json.loads(out.stdout.strip().splitlines()[-1])["sps"])
         print(f"pair {pair}: " + ", ".join(f"{name} {values[-1]:.0f} steps/s" for name, values in sps.items()), flush=True)
+    records = []
     for ours in pools:
         for name in list(sps)[2:]:
             ratios = [a / b for a, b in zip(sps[ours], sps[name], strict=True)]
             print(f"{ours} / {name}: {statistics.median(ratios):.2f}x (pairs {', '.join(f'{r:.2f}' for r in ratios)})")
+            records.append(ratio_record(ours, name, f"{args.env}: stepping", ratios, (sps[ours], sps[name])))
+    return records
 
 
 def main() -> None:
@@ -190,6 +212,7 @@ def main() -> None:
         p.add_argument("--num-envs", type=int, default=8)
         p.add_argument("--steps", type=float, default=steps)
         p.add_argument("--pairs", type=int, default=3)
+        p.add_argument("--json", help="put the ratios into this records file (benchmarks/results/host_envs.json)")
     sub.choices["ring"].add_argument("--num-steps", type=int, default=128)
     sub.choices["sb3"].add_argument("--sb3-python", required=True, help="the Python of an environment with "
                                                                         "stable-baselines3 and torch")
@@ -199,7 +222,9 @@ def main() -> None:
     sub.choices["stepping"].add_argument("--envpool-python", help="the Python of an environment with envpool")
     args = parser.parse_args()
     args.steps = int(args.steps)
-    {"ring": ring, "sb3": sb3, "stepping": stepping}[args.what](args)
+    records = {"ring": ring, "sb3": sb3, "stepping": stepping}[args.what](args)
+    if args.json:
+        results.save(args.json, records)
 
 
 if __name__ == "__main__":

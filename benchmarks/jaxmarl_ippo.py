@@ -5,7 +5,7 @@ another of JaxMARL's environments.
 
     python benchmarks/jaxmarl_ippo.py --jaxmarl-python VENV/bin/python \
         --jaxmarl-ippo JAXMARL/baselines/IPPO [--task mpe] [--env NAME] [--steps 2e6] [--rounds 3] \
-        [--seed 0] [--no-check-finite]
+        [--seed 0] [--no-check-finite] [--json benchmarks/results/multi_agent.json]
 
 JaxMARL's side runs ``ippo_ff_mpe.py`` or ``ippo_ff_mabrax.py`` from a checkout of
 JaxMARL's repository (the folder ``--jaxmarl-ippo``), unmodified, under a Python that has
@@ -28,15 +28,19 @@ of the rounds' ratios; below 1 the framework is faster) and each side's final re
 the mean over the last 10% of its rows or updates (JaxMARL's ``returned_episode_returns``,
 per agent: on MPE its logger scales each agent's reward by the agent count, so it is
 divided by 3 here to compare with ours, the agents' mean; MABrax's agents share one
-reward, so per agent is the team's).
+reward, so per agent is the team's). ``--json`` puts the ratios and returns into that
+records file (RESULTS.md's multi-agent table), replacing the record of the same script,
+environment and steps.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import textwrap
 
+import results
 from peers import alternate_rounds, run_python
 
 OURS = textwrap.dedent("""
@@ -89,6 +93,7 @@ def main() -> None:
     parser.add_argument("--steps", type=float, default=2e6)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="put the figures into this records file (benchmarks/results/multi_agent.json)")
     parser.add_argument("--check-finite", action=argparse.BooleanOptionalAction, default=True,
                         help="the framework's per-iteration finite check (its default: on)")
     args = parser.parse_args()
@@ -101,6 +106,17 @@ def main() -> None:
     rounds = alternate_rounds(lambda: run_python(sys.executable, ours_code),
                               lambda: run_python(args.jaxmarl_python, theirs_code), args.rounds, "JaxMARL")
     print(f"steps: framework {rounds[0][0]['steps']:,}, JaxMARL {rounds[0][1]['steps']:,}")
+    if args.json:
+        values: dict[str, object] = {"ours": list(dict.fromkeys(o["final_return"] for o, _ in rounds)),
+                                     "theirs": list(dict.fromkeys(t["final_return"] for _, t in rounds)),
+                                     "rounds": len(rounds), "decimals": {"ours": 2, "theirs": 2, "ratio": 3}}
+        for what in ("train", "compile"):
+            ratios = [o[f"{what}_s"] / t[f"{what}_s"] for o, t in rounds]
+            values |= {f"{what}_ratio": statistics.median(ratios), f"{what}_ratio_range": [min(ratios), max(ratios)]}
+        script = f"ippo_ff_{args.task}.py"
+        results.save(args.json, [results.record(
+            {"what": f"IPPO beside {script}", "env": f"jaxmarl:{env}", "steps": results.steps(steps)}, values,
+            "each round a fresh process, framework and JaxMARL alternating")])
 
 
 if __name__ == "__main__":

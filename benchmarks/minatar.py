@@ -22,12 +22,6 @@ from __future__ import annotations
 import argparse
 import time
 
-import jax
-import numpy as np
-
-import jaxrl_frag as jf
-from jaxrl_frag.transforms import Population
-
 # gymnax 1.0 README, "Ckpt (Return)": gymnax-blines' PPO agents after 1e7 steps
 REFERENCE = {"Asterix-MinAtar": 15, "Breakout-MinAtar": 28, "Freeway-MinAtar": 58, "SpaceInvaders-MinAtar": 131}
 GYMNAX_BLINES = dict(num_envs=64, num_steps=128, num_minibatches=8, num_epochs=4, lr=5e-4, anneal_lr=False,
@@ -36,6 +30,12 @@ GYMNAX_BLINES = dict(num_envs=64, num_steps=128, num_minibatches=8, num_epochs=4
 
 
 def main() -> None:
+    import jax  # here, not above: parity.py reads GYMNAX_BLINES without JAX (benchmarks/results.py renders its table)
+    import numpy as np
+
+    import jaxrl_frag as jf
+    from jaxrl_frag.transforms import Population
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--env", default="Breakout-MinAtar", choices=sorted(REFERENCE))
     parser.add_argument("--steps", type=float, default=1e7, help="environment steps per seed")

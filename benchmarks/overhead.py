@@ -1,6 +1,6 @@
 """The framework's PPO against the hand-fused yardstick, side by side.
 
-    python benchmarks/overhead.py --fused PATH [--repeats 3] [--configs 4:5e5,1024:5e6]
+    python benchmarks/overhead.py --fused PATH [--repeats 3] [--configs 4:5e5,1024:5e6] [--json PATH]
 
 The yardstick is a file of its own that a clone of this repository does not hold
 (``bench/fused_ppo.py`` of the project's shared workspace): give its path with
@@ -12,7 +12,9 @@ cache), then trains with each compiled program ``--repeats`` times,
 alternating, after one warm-up run each. It prints the median compile and train
 seconds, their ratios (framework / fused, of the medians and the median of the
 per-round ratios; below 1.00 the framework is faster) and both final returns
-(the mean return of the last 10% of finished episodes).
+(the mean return of the last 10% of finished episodes). ``--json
+benchmarks/results/overhead.json`` puts each configuration's figures into that records
+file, whose table ``benchmarks/results.py`` renders into RESULTS.md.
 Hyperparameters are the yardstick's: CartPole-v1, 128 steps per env per
 iteration, 4 epochs of 4 minibatches, Adam 2.5e-4 annealed, clip 0.2.
 """
@@ -31,6 +33,7 @@ from types import ModuleType
 
 import jax
 import numpy as np
+import results
 
 import jaxrl_frag as jf
 
@@ -120,6 +123,8 @@ def main() -> None:
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--fused", type=Path, default=DEFAULT_FUSED,
                         help="path to fused_ppo.py, the hand-fused yardstick (default $FUSED_PPO)")
+    parser.add_argument("--json", type=Path, help="put the figures into this records file "
+                                                  "(benchmarks/results/overhead.json: RESULTS.md's table)")
     args = parser.parse_args()
     fused = load_fused(args.fused)
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {args.repeats} alternating repeats, fresh compiles")
@@ -147,14 +152,23 @@ def main() -> None:
     print("| envs | steps | fused train s | framework train s | train ratio | per-repeat | fused compile s "
           "| framework compile s | compile ratio | per-repeat | fused return | framework return |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    records = []
     for num_envs, total, compile_s, train_s, returns in summary:
         cells = [str(num_envs), f"{total:.0e}"]
-        for seconds in (train_s, compile_s):
+        values: dict[str, float] = {}
+        for what, seconds in (("train", train_s), ("compile", compile_s)):
             f, w = statistics.median(seconds["fused"]), statistics.median(seconds["framework"])
             pairs = statistics.median(b / a for a, b in zip(seconds["fused"], seconds["framework"], strict=True))
             cells += [f"{f:.2f}", f"{w:.2f}", f"{w / f:.3f}", f"{pairs:.3f}"]
+            values |= {f"fused_{what}_s": f, f"framework_{what}_s": w, f"{what}_ratio": w / f,
+                       f"{what}_per_repeat": pairs}
         cells += [f"{returns['fused']:.1f}", f"{returns['framework']:.1f}"]
         print("| " + " | ".join(cells) + " |")
+        values |= {"fused_return": returns["fused"], "framework_return": returns["framework"]}
+        records.append(results.record({"envs": num_envs, "steps": total}, values,
+                                      f"{jax.devices()[0].device_kind}; jax {jax.__version__}"))
+    if args.json:
+        results.save(args.json, records)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ reference's settings, several seeds, beside the figure the reference publishes.
 
     python benchmarks/parity.py list
     python benchmarks/parity.py run ROW [--seeds N] [--steps S]     # writes benchmarks/parity/ROW.json
-    python benchmarks/parity.py table [--write]                      # the table; --write puts it in RESULTS.md
+    python benchmarks/parity.py table                              # the table (python benchmarks/results.py writes it)
 
 A row's seeds run as one population where its environment is traced into the program,
 one after another where it is a host environment. Its final return is, per seed, the
@@ -21,30 +21,28 @@ read "not measured".
 from __future__ import annotations
 
 import argparse
+import bisect
 import dataclasses
 import json
-import re
+import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
-
-import jax
-import numpy as np
-
-import jaxrl_frag as jf
-from jaxrl_frag.app.summary import bootstrap_ci
-from jaxrl_frag.transforms import Population
-from jaxrl_frag.transforms.evaluated import Evaluated
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from minatar import GYMNAX_BLINES  # gymnax-blines' PPO for MinAtar, with its sources
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    import jaxrl_frag as jf
+
+# JAX, NumPy and the package are imported where a row runs, so that the rows and the table
+# (benchmarks/results.py renders it into RESULTS.md and docs/parity.md) need the standard library only
 HERE = Path(__file__).parent
 OUT = HERE / "parity"
 CURVES = OUT / "references"
-RESULTS = HERE / "RESULTS.md"
-BEGIN, END = "<!-- parity table: begin -->", "<!-- parity table: end -->"
 
 GYMNAX_BLINES_MINATAR = GYMNAX_BLINES | {"torso": "mlp", "total_steps": 10_000_000}
 BLINES = "gymnax 1.0 README, 'Ckpt (Return)' (gymnax-blines PPO, one seed, 164 test episodes)"
@@ -130,7 +128,7 @@ ROWS = (
           metric=metric)
       for recipe, tag, env, metric, reference in (
           ("IPPO", "mpe-spread", "jaxmarl:MPE_simple_spread_v3", "episode_return",
-           "-22.8 at 2e6 (JaxMARL's ippo_ff_mpe.py, seed 0, run here; ours -19.5 at 2e6: RESULTS.md)"),
+           "-22.8 at 2e6 (JaxMARL's ippo_ff_mpe.py, seed 0, run here; ours -19.5 at 2e6: HISTORY.md)"),
           ("MAPPO", "mpe-spread", "jaxmarl:MPE_simple_spread_v3", "episode_return",
            "JaxMARL's paper: a curve only"),
           ("IPPO", "smax-3m", "jaxmarl:SMAX_3m", "episode_won",
@@ -152,6 +150,8 @@ BY_NAME = {row.name: row for row in ROWS}
 
 def tail_mean(steps: np.ndarray, returns: np.ndarray, fraction: float = 0.1) -> float:
     """The mean of the finite returns in the rows over the last ``fraction`` of the steps."""
+    import numpy as np
+
     tail = returns[steps >= steps[-1] * (1 - fraction)]
     return float(np.mean(tail[np.isfinite(tail)])) if np.isfinite(tail).any() else float("nan")
 
@@ -159,6 +159,8 @@ def tail_mean(steps: np.ndarray, returns: np.ndarray, fraction: float = 0.1) -> 
 def final_returns(history: jf.History, metric: str = "episode_return") -> list[float]:
     """Per seed (population member), the mean of ``metric`` (the return by default) over
     the last 10% of the steps."""
+    import numpy as np
+
     steps = np.asarray(history["env_steps"]).reshape(len(history.rows), -1)[:, 0]
     returns = np.asarray(history[metric]).reshape(len(steps), -1)
     return [tail_mean(steps, returns[:, m]) for m in range(returns.shape[1])]
@@ -166,6 +168,14 @@ def final_returns(history: jf.History, metric: str = "episode_return") -> list[f
 
 def run(row: Row, seeds: int, steps: int | None) -> dict[str, Any]:
     """Train ``row`` on ``seeds`` seeds; what the table shows, with how it was run."""
+    import jax
+    import numpy as np
+
+    import jaxrl_frag as jf
+    from jaxrl_frag.app.summary import bootstrap_ci
+    from jaxrl_frag.transforms import Population
+    from jaxrl_frag.transforms.evaluated import Evaluated
+
     settings = dict(row.settings, **({"total_steps": steps} if steps else {}))
     algo = getattr(jf.recipes, row.recipe).create(row.env, **settings)
     if row.metric == "eval_return":
@@ -194,7 +204,17 @@ def reference_at(row: Row, steps: int) -> str:
     if not path.exists():
         return ""
     curve = json.loads(path.read_text())
-    return f"; its curve at {steps:,}: {np.interp(steps, curve['steps'], curve['returns']):,.1f}"
+    return f"; its curve at {steps:,}: {interp(steps, curve['steps'], curve['returns']):,.1f}"
+
+
+def interp(x: float, xs: list[float], ys: list[float]) -> float:
+    """``numpy.interp`` for one point: linear between the points around ``x``, the end values beyond them."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = bisect.bisect_right(xs, x)
+    return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - xs[i - 1]) / (xs[i] - xs[i - 1])
 
 
 def table() -> str:
@@ -210,7 +230,7 @@ def table() -> str:
             result = (f"win rate {r['mean']:.2f} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]" if row.metric == "episode_won"
                       else f"{r['mean']:.1f} [{r['ci'][0]:.1f}, {r['ci'][1]:.1f}]"
                       + (" greedy" if row.metric == "eval_return" else ""))
-            if not np.isfinite(r["mean"]):
+            if not math.isfinite(r["mean"]):
                 result = "none: no episode ended within the steps run"
             speed = f"{r['steps_per_s']:,.0f} ({r['device']})"
             seeds = str(r["seeds"])
@@ -230,8 +250,7 @@ def main() -> None:
     one.add_argument("row", choices=sorted(BY_NAME))
     one.add_argument("--seeds", type=int, help="default: the row's")
     one.add_argument("--steps", type=float, help="a shorter budget than the row's (the table says so)")
-    show = commands.add_parser("table", help="print the table")
-    show.add_argument("--write", action="store_true", help=f"replace the table in {RESULTS.name}")
+    commands.add_parser("table", help="print the table (python benchmarks/results.py writes it into RESULTS.md)")
     args = parser.parse_args()
     if args.command == "list":
         for row in ROWS:
@@ -244,14 +263,7 @@ def main() -> None:
         (OUT / f"{row.name}.json").write_text(json.dumps(result, indent=1) + "\n")
         print(json.dumps(result, indent=1))
     else:
-        text = table()
-        print(text)
-        if args.write:
-            results = RESULTS.read_text()
-            span = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-            if not span.search(results):
-                raise SystemExit(f"{RESULTS} has no {BEGIN} ... {END} block to replace")
-            RESULTS.write_text(span.sub(lambda _: f"{BEGIN}\n{text}\n{END}", results))
+        print(table())
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Sixteen seeds of PPO as one population, against the yardstick's vmapped seeds and
 against sixteen solo runs one after another.
 
-    python benchmarks/population.py [--seeds 16] [--repeats 3] [--total-steps 5e5]
+    python benchmarks/population.py [--seeds 16] [--repeats 3] [--total-steps 5e5] [--json PATH]
 
 PPO on CartPole-v1 with the yardstick's settings (4 envs, 5e5 steps per seed). Each
 measurement is a fresh process that compiles its contender and times one training
@@ -9,7 +9,8 @@ run (as ``fused_ppo.py`` does); the three contenders alternate, the order swappe
 every round. One program per process also keeps clear of an XLA CPU runtime hang
 seen when several large vmapped executables take turns in one process. Prints
 median train seconds, the ratio population / fused (target <= 1.00) and the speedup
-of the population over the sequential solo runs.
+of the population over the sequential solo runs; ``--json benchmarks/results/population.json``
+puts them into RESULTS.md's records.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 ENV, NUM_ENVS = "CartPole-v1", 4
 CONTENDERS = ("population", "fused --seeds", "sequential solo")
 
 
-def measure(contender: str, seeds: int, total: int) -> dict[str, float]:
+def measure(contender: str, seeds: int, total: int) -> dict[str, Any]:
     """Compile ``contender`` and time one training run of it, in this process."""
     import jax
     import numpy as np
@@ -52,7 +54,8 @@ def measure(contender: str, seeds: int, total: int) -> dict[str, float]:
     compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     final = run()
-    return {"compile_s": compile_s, "train_s": time.perf_counter() - t0, "return": final}
+    return {"compile_s": compile_s, "train_s": time.perf_counter() - t0, "return": final,
+            "device": f"{jax.devices()[0].device_kind}; jax {jax.__version__}"}
 
 
 def main() -> None:
@@ -60,13 +63,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--total-steps", type=float, default=5e5, help="environment steps per seed")
+    parser.add_argument("--json", help="put the figures into this records file (benchmarks/results/population.json)")
     parser.add_argument("--contender", choices=CONTENDERS, help=argparse.SUPPRESS)  # one measurement, in a child
     args = parser.parse_args()
     total = int(args.total_steps)
     if args.contender:
         print(json.dumps(measure(args.contender, args.seeds, total)))
         return
-    results: dict[str, list[dict[str, float]]] = {name: [] for name in CONTENDERS}
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in CONTENDERS}
     for repeat in range(args.repeats):
         for name in (CONTENDERS if repeat % 2 == 0 else tuple(reversed(CONTENDERS))):
             child = subprocess.run([sys.executable, __file__, "--contender", name, "--seeds", str(args.seeds),
@@ -85,6 +89,17 @@ def main() -> None:
                                                                           strict=True))
     print(f"population / fused: {med['population'] / med['fused --seeds']:.3f} (median of per-round ratios {pairs:.3f}); "
           f"speedup over sequential solo runs: {med['sequential solo'] / med['population']:.2f}x")
+    if args.json:
+        import results as tables
+
+        ratios = {"vs_fused": med["population"] / med["fused --seeds"], "vs_fused_per_round": pairs,
+                  "sequential_over_population": med["sequential solo"] / med["population"]}
+        tables.save(args.json, [tables.record(
+            {"contender": name}, {"train_s": [r["train_s"] for r in rs], "median_train_s": med[name],
+                                  "median_compile_s": statistics.median(r["compile_s"] for r in rs),
+                                  "final_return": statistics.mean(r["return"] for r in rs),
+                                  **(ratios if name == "population" else {})},
+            f"{rs[0]['device']}; one process a measurement") for name, rs in results.items()])
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ run waiting forever with every thread idle: ``--xla_cpu_multi_thread_eigen=false
 (single-threaded Eigen costs nothing measurable at RL network sizes) and
 ``--xla_cpu_enable_concurrency_optimized_scheduler=false`` (a 4-member SAC
 population stalled on every run without it and finished with it;
-benchmarks/RESULTS.md). They take effect if no jax backend is running yet.
+benchmarks/HISTORY.md). They take effect if no jax backend is running yet.
 """
 
 from __future__ import annotations

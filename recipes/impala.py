@@ -37,7 +37,7 @@ class IMPALA(ActorCriticRecipe):
 
     num_envs: int = static_field(16, help="parallel environments")
     # 64 steps and 4 minibatches: 16 of 16 seeds reach 475 on CartPole-v1 within 1e6 steps, where 32 steps and one
-    # minibatch left 1 of 8 stalled near 150 (benchmarks/RESULTS.md, "IMPALA on every seed")
+    # minibatch left 1 of 8 stalled near 150 (benchmarks/HISTORY.md, "IMPALA on every seed")
     num_steps: int = static_field(64, help="environment steps per environment per iteration (trajectory length)")
     num_minibatches: int = static_field(4, help="gradient steps per iteration, each on a share of the environments; "
                                                "must divide num_envs")

@@ -41,7 +41,7 @@ MPE_DEFAULTS = dict(num_envs=16, num_steps=128, total_steps=2_000_000)
 # of 128 units between 128-unit ReLU layers), 128 environments x 128 steps, Adam 2e-3, clip 0.2, gradient norm 0.25,
 # and for IPPO an entropy bonus of 0.01 (MAPPO none). The memory was MAPPO's gap: on 3m at 1e6 steps it won 18% of its
 # battles feed-forward, 63% with the GRU. JaxMARL's IPPO settings (Adam 4e-3, clip 0.05) won 11% with the GRU here,
-# MAPPO's 82% (benchmarks/RESULTS.md, measured while a fallen unit's return still ended where it fell).
+# MAPPO's 82% (benchmarks/HISTORY.md, measured while a fallen unit's return still ended where it fell).
 SMAX_DEFAULTS = dict(num_envs=128, num_steps=128, total_steps=10_000_000, lr=2e-3, clip_eps=0.2, ent_coef=0.01,
                      max_grad_norm=0.25, hidden=(128, 128), activation="relu", memory="gru")
 MAPPO_SMAX_DEFAULTS = dict(SMAX_DEFAULTS, ent_coef=0.0)

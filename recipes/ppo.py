@@ -49,7 +49,7 @@ class PPO(ActorCriticRecipe):
     def defaults(cls, env_id: str) -> dict[str, Any]:
         if env_id.endswith("-MinAtar"):
             # ReLU: Breakout-MinAtar at gymnax-blines' settings reached 24.6 at 1e7 steps against 14.3 with tanh
-            # (benchmarks/RESULTS.md, parity row ppo-breakout-minatar)
+            # (benchmarks/HISTORY.md, parity row ppo-breakout-minatar)
             return dict(num_envs=64, total_steps=10_000_000, lr=5e-4, hidden=(256, 256), activation="relu")
         if env_id in ("Pendulum-v1", "MountainCarContinuous-v0"):
             return dict(num_envs=16, num_steps=256, total_steps=1_000_000, num_epochs=10, num_minibatches=32,

@@ -72,7 +72,7 @@ class PQN(Recipe):
     LayerNorm Q-network; RAdam with a linearly decaying learning rate, as the authors'
     purejaxql. The defaults are purejaxql's CartPole settings but for the exploration
     left at the end, 0.01 (0.05 there): on CartPole-v1 at 5e5 steps seeds 0-2 end at 500,
-    500, 500 with 0.01, and 246, 500, 500 with 0.05 (benchmarks/RESULTS.md)."""
+    500, 500 with 0.01, and 246, 500, 500 with 0.05 (benchmarks/HISTORY.md)."""
 
     num_envs: int = static_field(32, help="parallel environments")
     num_steps: int = static_field(64, help="environment steps per environment per iteration")

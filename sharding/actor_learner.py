@@ -80,7 +80,7 @@ class ActorLearner(Policy):
     the receiver computes in float32). Narrowed are the parameters and the per-sample
     vectors of the trajectory (observations); its per-sample scalars (log-probabilities,
     values, rewards) stay float32: they are few bytes, and V-trace's importance ratios
-    lose the return when they are rounded (benchmarks/RESULTS.md). With ``staleness=k`` the actor acts with the
+    lose the return when they are rounded (benchmarks/HISTORY.md). With ``staleness=k`` the actor acts with the
     parameters of ``k`` updates before the learner's: ``k = 0`` runs the groups in
     turn and equals ``SingleDevice`` (float tolerance, ``exact`` shuffling, float32
     transfers); ``k >= 1`` overlaps acting and learning, the actor running one

@@ -164,7 +164,7 @@ def test_ppo_learns_gymnasium_cartpole() -> None:
 @pytest.mark.long
 def test_ppo_improves_on_an_atari_game() -> None:
     """KungFuMaster with the standard preprocessing and Mnih et al.'s network: a uniformly
-    random policy scores 401 +- 33 (100 games, ``benchmarks/RESULTS.md``); after 40,960
+    random policy scores 401 +- 33 (100 games, ``benchmarks/HISTORY.md``); after 40,960
     steps PPO's games of the last quarter score at least 1000 on average. Two epochs per
     iteration, half of CleanRL's four, halve the learner's time; seeds 0 and 1 measured
     1786 and 1460 with them."""

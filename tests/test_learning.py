@@ -56,7 +56,7 @@ def last_rows(returns: np.ndarray, rows: int) -> float:
 def test_cartpole_at_the_recipes_defaults_reaches_the_threshold(recipe: str, budget: int, seeds: int,
                                                                  threshold: float) -> None:
     """Random play scores about 22; the budgets are the recipes' default run lengths
-    (measurements in benchmarks/RESULTS.md). Over several seeds, the median seed's return."""
+    (measurements in benchmarks/HISTORY.md). Over several seeds, the median seed's return."""
     algo = getattr(jf.recipes, recipe).create("CartPole-v1")
     population = Population.of([algo] * seeds, list(range(seeds))) if seeds > 1 else algo
     history = jf.compile(population).run(jax.random.PRNGKey(0))
@@ -101,7 +101,7 @@ def test_nitro_boosting_at_its_defaults_balances_cartpole() -> None:
     ladder of 4, 8, 16 and 32 environments for 6e5 environment steps, seeds 0-2 as one
     population: the median seed's mean return over the last tenth of the steps is at
     least 475. Seeds 0-7 measured 500 each; random play scores about 22
-    (benchmarks/RESULTS.md, "Boosting gathers the bottom rung's batch")."""
+    (benchmarks/HISTORY.md, "Boosting gathers the bottom rung's batch")."""
     seeds, budget = 3, 600_000
     algo = boost.Boosted.create(jf.recipes.PPO.create("CartPole-v1", num_envs=32, total_steps=budget),
                                 ladder=(4, 8, 16, 32))
@@ -117,7 +117,7 @@ def test_recurrent_ppo_balances_cartpole_without_its_velocities() -> None:
     """CartPole observing the cart's position and the pole's angle only: a GRU policy
     (16 envs x 32 steps, Adam 3e-3) over 1.5e5 steps. Seeds 0-2 measured 457, 500, 403
     (the last tenth of the steps); feed-forward PPO at the same settings stays below 50,
-    and random play scores about 22 (benchmarks/RESULTS.md, "Recurrent policies")."""
+    and random play scores about 22 (benchmarks/HISTORY.md, "Recurrent policies")."""
     algo = jf.recipes.PPO.create("CartPole-v1@obs=0,2", memory="gru", num_envs=16, num_steps=32, lr=3e-3,
                                  total_steps=150_000)
     history = jf.compile(algo, chunk_iterations=algo.num_iterations // 20).run(jax.random.PRNGKey(0))
@@ -132,7 +132,7 @@ def test_recurrent_pqn_balances_cartpole_without_its_velocities() -> None:
     """PQN with a GRU on the same task (16 envs x 32 steps, 2 epochs of 4 minibatches,
     128x128, RAdam 1e-3) over 3e5 steps. Seeds 0-2 measured 369, 424, 492 (the last
     tenth of the steps); feed-forward PQN at the same settings 37, 41, 43
-    (benchmarks/RESULTS.md, "Recurrent PQN")."""
+    (benchmarks/HISTORY.md, "Recurrent PQN")."""
     algo = jf.recipes.PQN.create("CartPole-v1@obs=0,2", memory="gru", num_envs=16, num_steps=32, num_minibatches=4,
                                  num_epochs=2, hidden=(128, 128), lr=1e-3, total_steps=300_000)
     history = jf.compile(algo, chunk_iterations=algo.num_iterations // 20).run(jax.random.PRNGKey(0))
