@@ -4,7 +4,9 @@ A fragment call is a nested ``jax.jit`` named ``"<role>.<function name>"`` (with
 suffix that keeps it unique where two fragments share that name).
 XLA inlines it, so it costs nothing at run time, but it stays a distinct
 equation in the traced program, with its arguments' and results' names in its
-debug info: that is what ``FragmentGraph`` reads back.
+debug info: that is what ``FragmentGraph`` reads back. ``jax.vmap`` (a population)
+drops the results' names from a call it batches; the fragment keeps those of each
+structure it was traced with (``result_paths``) to name them again.
 """
 
 from __future__ import annotations
@@ -75,6 +77,11 @@ class Fragment:
     def _jitted(self) -> dict[primitives.Lowering, Callable[..., Any]]:
         return {}
 
+    @functools.cached_property
+    def _traced_results(self) -> dict[tuple[Leaf, ...], tuple[str, ...]]:
+        """The result paths of each result structure traced, by its leaves' shapes and dtypes."""
+        return {}
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # one jit per lowering of the primitives: jit's trace cache must not hand a
         # single-device trace to a sharded program
@@ -90,7 +97,11 @@ class Fragment:
                     if name in bound.arguments:
                         bound.arguments[name] = rule.constrain_tree(bound.arguments[name], axis)
                 with primitives.lowering(rule):
-                    return self._constrain_results(rule, self.fn(*bound.args, **bound.kwargs))
+                    results = self._constrain_results(rule, self.fn(*bound.args, **bound.kwargs))
+                leaves = jax.tree_util.tree_leaves_with_path(results)
+                self._traced_results[tuple(_leaf(x) for _, x in leaves)] = tuple(
+                    f"result{jax.tree_util.keystr(path)}" for path, _ in leaves)
+                return results
 
             body.__name__ = body.__qualname__ = self.jit_name
             self._jitted[rule] = jax.jit(body)
@@ -110,6 +121,15 @@ class Fragment:
         # used as a method: bind the instance (an algorithm pytree) as the first argument
         return self if instance is None else functools.partial(self, instance)
 
+    def result_paths(self, avals: list[Any]) -> tuple[str, ...] | None:
+        """The paths (``"result[0]['obs']"``, as jax's debug info writes them) of results
+        with ``avals``, each maybe with the batch axes a ``vmap`` inserted, as this
+        fragment's trace of that structure named them; ``None`` where none matches."""
+        for leaves, paths in self._traced_results.items():
+            if len(leaves) == len(avals) and all(map(_batched_from, avals, leaves)):
+                return paths
+        return None
+
     def output_name(self, index: int) -> str:
         """The name of result ``index`` of a returned tuple (``"out<index>"`` where ``outputs`` names none)."""
         return self.outputs[index] if index < len(self.outputs) else f"out{index}"
@@ -117,6 +137,20 @@ class Fragment:
     def batch_axis(self, name: str) -> int | None:
         """The environment-batch axis of argument or result ``name``; ``None`` if replicated."""
         return self.batched.get(name)
+
+
+Leaf = tuple[tuple[int, ...], str]  # a result's shape and dtype
+
+
+def _leaf(x: Any) -> Leaf:
+    return tuple(x.shape), str(x.dtype)
+
+
+def _batched_from(aval: Any, leaf: Leaf) -> bool:
+    """Whether ``aval`` is ``leaf`` with batch axes, or none, inserted anywhere."""
+    shape, dtype = leaf
+    sizes = iter(aval.shape)
+    return str(aval.dtype) == dtype and all(size in sizes for size in shape)  # a subsequence of aval's shape
 
 
 def fragment(

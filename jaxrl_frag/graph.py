@@ -224,6 +224,8 @@ def _merge_inputs(edges: list[Edge]) -> list[Edge]:
 def output_ports(eqn: Any, frag: Fragment) -> list[str]:
     """The output name (``"traj"``, ``"params"``) of each result of fragment call ``eqn``."""
     paths = eqn.params["jaxpr"].jaxpr.debug_info.safe_result_paths(len(eqn.outvars))
+    if not any(paths):  # a call jax.vmap batched keeps no result paths: the fragment's trace has them
+        paths = frag.result_paths([v.aval for v in eqn.outvars]) or paths
     ports = []
     for position, path in enumerate(paths):
         key, index = _result_key(path), _result_index(path)

@@ -127,3 +127,18 @@ def test_the_graph_draws_as_dot_source_picture_and_text(cartpole_program: jf.Pro
         explanation.draw(tmp_path / "taken.png")
     assert failed.value.filename == str(tmp_path / "taken.png")
     assert (tmp_path / "taken.png").is_dir() and not list(tmp_path.glob("*.tmp*"))
+
+
+def test_a_populations_graph_names_each_fragments_results_as_its_members_does(cartpole_program: jf.Program) -> None:
+    """jax.vmap drops the results' names from the fragment calls it batches; the graph names them still,
+    as one member's, and carries every member's bytes."""
+    from jaxrl_frag.transforms import Population
+
+    member = cartpole_program.algorithm
+    population = jf.compile(Population.of([member] * 3, [0, 1, 2]), chunk_iterations=16).explain().graph
+    single = cartpole_program.explain().graph
+    assert [(n.name, n.outputs) for n in population.nodes] == [(n.name, n.outputs) for n in single.nodes]
+    assert population.nodes[0].outputs == ("traj", "env_state", "obs", "episodes")
+    (traj,) = [e for e in population.edges_between("actor", "learner") if e.dst_port == "traj"]
+    (one,) = [e for e in single.edges_between("actor", "learner") if e.dst_port == "traj"]
+    assert (traj.src_port, traj.nbytes) == ("traj", 3 * one.nbytes)
