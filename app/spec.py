@@ -33,9 +33,10 @@ EVAL_EPISODES = 10  # episodes per evaluation of ``eval_every``, by default
 PER_PROCESS = "devices"  # the policy setting whose count is per process
 # settings a resumed run may change: they decide how long it runs, where and how it
 # reports, not what it computes per iteration
-# env_workers and env_backend change where the host environments step, not what they compute
+# env_workers, env_backend and the backends' options change where the host environments step, not what they compute
 RESUMABLE_CHANGES = ("total_steps", "checkpoint_every", "keep_checkpoints", "chunk_iterations", "devices", "env_workers",
-                     "env_backend")
+                     "env_backend", "env_timeout", "env_address", "env_worker_cpus", "env_worker_resource",
+                     "env_lost_workers")
 # what the command line adds to a shared policy flag's help
 _NOTES = {PER_PROCESS: "devices per process (on CPU, forces that many host devices)"}
 

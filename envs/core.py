@@ -174,6 +174,11 @@ class Env:
         (a worker process stepping it, say); taken once. None for a pure environment."""
         return None
 
+    def counters(self) -> dict[str, float]:
+        """Counts kept outside the compiled program, by name, for a run's rows (workers
+        that a host environment's pool restarted, say). None for a pure environment."""
+        return {}
+
     @property
     def observation_space(self) -> Box:
         raise NotImplementedError
@@ -258,6 +263,10 @@ class Wrapper(Env):
     def failure(self) -> Exception | None:
         """The inner environment's."""
         return self.inner.failure()
+
+    def counters(self) -> dict[str, float]:
+        """The inner environment's."""
+        return self.inner.counters()
 
     @property
     def observation_space(self) -> Box:

@@ -37,11 +37,11 @@ import numpy as np
 from jaxrl_frag import distributed, primitives
 from jaxrl_frag.bounds import divisors
 from jaxrl_frag.envs.core import Act, Box, Capabilities, Discrete, Ended, Env, PyTree, Space, Steps, TimeStep
-from jaxrl_frag.envs.host_pool import FAMILIES, EnvPool, EnvWorkerError, HostEnvPool, HostStep, InProcessPool, environments
+from jaxrl_frag.envs.host_pool import BACKENDS, FAMILIES, OPTIONS, EnvPool, EnvWorkerError, HostStep, environments
 from jaxrl_frag.errors import ENV_WORKER_FAILED, ConfigError, check
 
 PREFIXES = tuple(f"{family}:" for family in FAMILIES)
-BACKENDS = ("auto", "processes", "in-process")  # auto: in this process for ale:, worker processes for the rest
+AUTO = "auto"  # in this process for ale:, worker processes for the rest
 _LIVE: set[HostEnv] = set()  # environments whose pools are up, closed at exit
 _TOKEN = jax.ShapeDtypeStruct((), jnp.int32)  # passed from host call to host call: their order
 
@@ -115,12 +115,15 @@ def _space(space: Any, env_id: str) -> Space:
 @dataclasses.dataclass(frozen=True, eq=False)  # each one owns its pool: equal only to itself
 class HostEnv(Env):
     """``num_envs`` environments ``name`` in ``groups`` groups, stepped as a ring (or,
-    with ``ring=False``, in strict alternation), by ``workers`` worker processes
-    (``backend="processes"``: ``HostEnvPool``) or in this process (``"in-process"``:
-    ``InProcessPool``, Atari games on ``workers`` threads of ale-py's), the same steps
-    either way. Make one with ``make``; its pool starts at the first reset. In a run of
-    several processes each process's pool holds that process's share of the
-    environments, with ``workers`` and ``groups`` of its own (``primitives.on_host``)."""
+    with ``ring=False``, in strict alternation), by the pool of ``backend``
+    (``host_pool.BACKENDS``): ``workers`` worker processes (``"processes"``:
+    ``HostEnvPool``), this process (``"in-process"``: ``InProcessPool``, Atari games on
+    ``workers`` threads of ale-py's) or ``workers`` Ray actors on a cluster's nodes
+    (``"ray"``: ``host_ray.RayPool``), the same steps in each. ``options``: the
+    backend's own (``host_pool.OPTIONS``). Make one with ``make``; its pool starts at
+    the first reset. In a run of several processes each process's pool holds that
+    process's share of the environments, with ``workers`` and ``groups`` of its own
+    (``primitives.on_host``)."""
 
     name: str
     num_envs: int
@@ -130,17 +133,29 @@ class HostEnv(Env):
     backend: str
     kwargs: tuple[tuple[str, Any], ...]
     spaces: tuple[Box, Space]
+    options: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def make(cls, name: str, num_envs: int, *, workers: int = 0, groups: int = 2, ring: bool = True,
-             backend: str = "auto", **kwargs: Any) -> HostEnv:
+             backend: str = AUTO, **kwargs: Any) -> HostEnv:
         """Checks the settings and reads the spaces (one environment made in this process);
         ``workers=0`` takes as many as the CPUs allow (a multiple of ``groups`` that
         divides ``num_envs``); ``backend="auto"`` steps Atari games in this process and
-        other environments in worker processes."""
-        check(backend in BACKENDS, "env_backend", backend, f"choose one of {', '.join(BACKENDS)}")
-        if backend == "auto":
+        other environments in worker processes. The keywords named in
+        ``host_pool.OPTIONS`` (``timeout``, ``address``, ``worker_cpus``,
+        ``worker_resource``, ``lost_workers``) are the backend's, each refused by a
+        backend that does not take it; the rest go to the environments."""
+        choices = (AUTO, *BACKENDS)
+        check(backend in choices, "env_backend", backend, f"choose one of {', '.join(choices)}")
+        if backend == AUTO:
             backend = "in-process" if name.startswith("ale:") else "processes"
+        options = {option: kwargs.pop(option, default) for option, default in OPTIONS.items()}
+        for option, value in options.items():
+            check(option in BACKENDS[backend].options or value == OPTIONS[option], f"env_{option}", value,
+                  lambda option=option: f"is not an option of --env-backend {backend}; backends that take it: "
+                                        f"{', '.join(b for b, spec in BACKENDS.items() if option in spec.options)}")
+        check(isinstance(options["timeout"], int | float) and options["timeout"] > 0, "env_timeout", options["timeout"],
+              "give the seconds a worker has to answer, a positive number")
         processes = jax.process_count()
         check(num_envs % processes == 0, "num_envs", num_envs,
               f"must divide among the {processes} processes (each steps an equal share): use a multiple of {processes}")
@@ -154,11 +169,15 @@ class HostEnv(Env):
         check(isinstance(workers, int) and workers > 0 and workers % groups == 0 and own % workers == 0,
               "env_workers", workers, f"must be a multiple of env_groups = {groups} that divides {share}, "
                                       "or 0 (as many as the CPUs allow)")
+        pool = BACKENDS[backend].load()  # a backend's own dependencies are imported only here
+        own_options = {option: options[option] for option in BACKENDS[backend].options}
+        pool.check_options(name, workers, own_options)
         probe = _probe(name, kwargs)
         spaces = (_space(probe.observation_space, name), _space(probe.action_space, name))
         probe.close()
         check(isinstance(spaces[0], Box), "env", name, "host environments need Box observations")
-        return cls(name, num_envs, workers, groups, ring, backend, tuple(sorted(kwargs.items())), spaces)
+        return cls(name, num_envs, workers, groups, ring, backend, tuple(sorted(kwargs.items())), spaces,
+                   tuple(sorted(own_options.items())))
 
     @property
     def observation_space(self) -> Box:
@@ -290,12 +309,16 @@ class HostEnv(Env):
         live = getattr(self, "_pool", None)
         if live is None or not live.alive:
             own = self.num_envs // jax.process_count()
-            kind = HostEnvPool if self.backend == "processes" else InProcessPool
-            live = kind(self.name, own, self.workers, self.groups, first_id=jax.process_index() * own,
-                        **dict(self.kwargs))
+            live = BACKENDS[self.backend].load().start(self.name, own, self.workers, self.groups,
+                                                       jax.process_index() * own, dict(self.options), dict(self.kwargs))
             object.__setattr__(self, "_pool", live)
             _LIVE.add(self)
         return live
+
+    def counters(self) -> dict[str, float]:
+        """The pool's counts kept outside the program (``EnvPool.counters``), where it is up."""
+        live = getattr(self, "_pool", None)
+        return {} if live is None else live.counters()
 
     def close(self) -> None:
         """Stop the pool (a later reset starts it again)."""

@@ -1,5 +1,7 @@
 """Pools of environments that are not JAX: ``HostEnvPool`` steps them in worker
-processes, ``InProcessPool`` in this process.
+processes, ``InProcessPool`` in this process, and ``host_ray.RayPool`` in Ray actors on
+a cluster's nodes; ``BACKENDS`` names them for ``--env-backend`` (a pool class each,
+imported once chosen, and the backend options of ``OPTIONS`` it takes).
 
 Most environments (Atari through ale-py, MuJoCo through its C library, anything
 wrapped for Gymnasium) cannot be traced into XLA. A pool runs ``num_envs`` of them
@@ -28,7 +30,9 @@ shut down: no process is left behind. Both pools compute the same steps.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import difflib
+import importlib
 import mmap
 import os
 import re
@@ -51,6 +55,8 @@ from jaxrl_frag.errors import ConfigError, check
 T = TypeVar("T")
 
 FAMILIES = ("gymnasium", "ale")
+# the backends' own options (HostEnv.make's keywords, a recipe's env_<option>) and their defaults
+OPTIONS = {"timeout": 60.0, "address": "", "worker_cpus": 1.0, "worker_resource": "", "lost_workers": "stop"}
 
 
 class EnvWorkerError(RuntimeError):
@@ -122,6 +128,25 @@ class EnvPool(abc.ABC):
         self.target = worker_id(env_id)  # refuses a bad id before anything starts
         self.env_id, self.num_envs, self.groups, self.first_id = env_id, num_envs, groups, first_id
 
+    @classmethod
+    def check_options(cls, env_id: str, workers: int, options: dict[str, Any]) -> None:
+        """Raise ``ConfigError`` where the backend cannot run with ``options`` (its entries
+        of ``OPTIONS``), before anything is traced; nothing to check by default."""
+        return None
+
+    @classmethod
+    @abc.abstractmethod
+    def start(cls, env_id: str, num_envs: int, workers: int, groups: int, first_id: int, options: dict[str, Any],
+              kwargs: dict[str, Any]) -> EnvPool:
+        """The pool of a ``HostEnv``: ``workers`` as the backend has them (processes,
+        threads, actors), ``options`` its entries of ``OPTIONS``, ``kwargs`` the
+        environments' own."""
+
+    def counters(self) -> dict[str, float]:
+        """Counts kept outside the program that a run adds to its rows (a pool that
+        restarts lost workers counts them); none by default."""
+        return {}
+
     @property
     def group_size(self) -> int:
         """Environments per group."""
@@ -184,20 +209,39 @@ class EnvPool(abc.ABC):
         return f"environment{'s' if len(ids) > 1 else ''} {listed} of {self.env_id}"
 
 
-class HostEnvPool(EnvPool):
+class WorkerPool(EnvPool):
+    """A pool whose groups are whole workers, each stepping an equal share of its group:
+    worker ``w`` of ``num_workers`` holds the environments ``held(w)``, whichever backend
+    runs it, so the same seeds give the same steps."""
+
+    def __init__(self, env_id: str, num_envs: int, num_workers: int, groups: int, first_id: int):
+        super().__init__(env_id, num_envs, groups, first_id)
+        check(num_workers > 0 and num_workers % groups == 0 and num_envs % num_workers == 0, "num_workers",
+              num_workers, f"must be a multiple of groups = {groups} that divides num_envs = {num_envs} "
+              "(each worker steps an equal share of one group)")
+        self.num_workers = num_workers
+        self.per_worker = num_envs // num_workers
+        self.workers_per_group = num_workers // groups
+
+    def held(self, worker: int) -> np.ndarray:
+        """The ids of the environments ``worker`` steps."""
+        group, first = divmod(worker, self.workers_per_group)
+        members = np.arange(first * self.per_worker, (first + 1) * self.per_worker)
+        return members * self.groups + group
+
+    def _group_workers(self, group: int) -> range:
+        return range(group * self.workers_per_group, (group + 1) * self.workers_per_group)
+
+
+class HostEnvPool(WorkerPool):
     """``num_envs`` environments ``env_id`` (made with ``kwargs``) in ``num_workers``
     processes, split into ``groups`` groups of whole workers. A worker gets ``timeout``
     seconds to answer a request."""
 
     def __init__(self, env_id: str, num_envs: int, num_workers: int = 2, groups: int = 1, timeout: float = 60.0,
                  first_id: int = 0, **kwargs: Any):
-        super().__init__(env_id, num_envs, groups, first_id)
-        check(num_workers > 0 and num_workers % groups == 0 and num_envs % num_workers == 0, "num_workers",
-              num_workers, f"must be a multiple of groups = {groups} that divides num_envs = {num_envs} "
-              "(each worker steps an equal share of one group)")
+        super().__init__(env_id, num_envs, num_workers, groups, first_id)
         self.timeout = timeout
-        self.per_worker = num_envs // num_workers
-        self.workers_per_group = num_workers // groups
         probe = host_worker.make(self.target, 1, kwargs)
         space = probe.observation_space
         probe.close()
@@ -217,15 +261,14 @@ class HostEnvPool(EnvPool):
             self._conns.append(Connection(parent.detach()))
             self._send(len(self._conns) - 1, (self.target, self.per_worker, kwargs))
 
+    @classmethod
+    def start(cls, env_id: str, num_envs: int, workers: int, groups: int, first_id: int, options: dict[str, Any],
+              kwargs: dict[str, Any]) -> HostEnvPool:
+        return cls(env_id, num_envs, workers, groups, options["timeout"], first_id, **kwargs)
+
     @property
     def alive(self) -> bool:
         return bool(self._procs)
-
-    def held(self, worker: int) -> np.ndarray:
-        """The ids of the environments ``worker`` steps."""
-        group, first = divmod(worker, self.workers_per_group)
-        members = np.arange(first * self.per_worker, (first + 1) * self.per_worker)
-        return members * self.groups + group
 
     def reset(self, seeds: int | np.ndarray) -> np.ndarray:
         seeds = self._seeds(seeds)
@@ -269,9 +312,6 @@ class HostEnvPool(EnvPool):
         obs, final = (np.concatenate([self._shared[w][slot] for w in workers]) for slot in (0, 1))
         columns = () if answers[0] is None else tuple(np.concatenate(c) for c in zip(*answers, strict=True))
         return obs, final, columns
-
-    def _group_workers(self, group: int) -> range:
-        return range(group * self.workers_per_group, (group + 1) * self.workers_per_group)
 
     def _send(self, worker: int, message: tuple[str, Any]) -> None:
         try:
@@ -327,6 +367,11 @@ class InProcessPool(EnvPool):
                       for _ in range(groups)]
         self._episodes = [Episodes(self.group_size) for _ in range(groups)]
 
+    @classmethod
+    def start(cls, env_id: str, num_envs: int, workers: int, groups: int, first_id: int, options: dict[str, Any],
+              kwargs: dict[str, Any]) -> InProcessPool:
+        return cls(env_id, num_envs, workers, groups, first_id, **kwargs)
+
     @property
     def alive(self) -> bool:
         return bool(self._envs)
@@ -362,6 +407,30 @@ class InProcessPool(EnvPool):
             self.close()
             raise EnvWorkerError(f"environment group {group} ({held}) raised:\n{traceback.format_exc()}; the pool "
                                  "is shut down") from error
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """Where a ``HostEnv``'s pool steps: ``pool``, the ``EnvPool`` class as
+    ``"module:Class"`` (imported only once the backend is chosen, so that a backend's
+    own dependencies load only for it), and ``options``, the entries of ``OPTIONS`` it
+    takes (the others must keep their defaults)."""
+
+    pool: str
+    options: tuple[str, ...] = ()
+
+    def load(self) -> type[EnvPool]:
+        module, _, name = self.pool.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+# the backends by name (--env-backend): a new one is a module with an EnvPool and an entry here
+BACKENDS: dict[str, Backend] = {
+    "processes": Backend("jaxrl_frag.envs.host_pool:HostEnvPool", ("timeout",)),
+    "in-process": Backend("jaxrl_frag.envs.host_pool:InProcessPool"),
+    "ray": Backend("jaxrl_frag.envs.host_ray:RayPool", ("timeout", "address", "worker_cpus", "worker_resource",
+                                                        "lost_workers")),
+}
 
 
 def _shared_memory(size: int) -> int:

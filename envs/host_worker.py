@@ -150,6 +150,31 @@ def make(env_id: str, count: int, kwargs: dict[str, Any], threads: int = 1) -> E
     return (AtariGames if family == "ale" else GymnasiumEnvs)(name, count, kwargs, threads)
 
 
+class Worker:
+    """``count`` environments ``env_id`` as a Ray actor holds them (``host_ray.RayPool``,
+    which sends this class by value: a Ray worker imports NumPy, Gymnasium and ale-py,
+    never this package or JAX). Each step returns ``Envs.recv``'s tuple; the pool keeps
+    the episodes' scores, so that it knows them when a worker is lost."""
+
+    def __init__(self, env_id: str, count: int, kwargs: dict[str, Any]):
+        self.envs = make(env_id, count, kwargs)
+
+    def node(self) -> str:
+        """The id of the Ray node this worker runs on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def reset(self, seeds: np.ndarray) -> np.ndarray:
+        return self.envs.reset(seeds)
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
+        return self.envs.step(actions)
+
+    def close(self) -> None:
+        self.envs.close()
+
+
 def observations(memory: mmap.mmap, count: int, space: Any) -> np.ndarray:
     """The shared memory's slots for ``count`` observations and final observations of ``space``."""
     return np.ndarray((2, count, *space.shape), space.dtype, buffer=memory)

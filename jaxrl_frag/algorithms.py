@@ -64,6 +64,12 @@ class Algorithm:
         program, and ``Program.run`` raises this instead. Taken once; none by default."""
         return None
 
+    def counters(self) -> dict[str, float]:
+        """Counts kept outside the compiled program (a host environment's restarted
+        workers, say), added to each row by ``Program.run`` as they stand after its call;
+        none by default."""
+        return {}
+
     def finished(self, state: PyTree) -> jax.Array:
         """Whether the run is over before ``num_iterations`` (its budget spent): no
         iteration runs from a finished state. Never, by default."""
@@ -140,6 +146,9 @@ class Wrapper(Algorithm):
 
     def failure(self) -> Exception | None:
         return self.inner.failure()
+
+    def counters(self) -> dict[str, float]:
+        return self.inner.counters()
 
     def config(self) -> dict[str, Any]:
         """The inner algorithm's configuration and this transform's settings (its fields with

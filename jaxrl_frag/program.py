@@ -129,7 +129,8 @@ class Program:
         ``num_iterations``); returns the ``History``.
 
         Each row holds ``iteration``, ``env_steps`` (after the chunk; the algorithm's
-        ``env_steps_total`` where it reports one), ``sps`` and the chunk's metrics, and
+        ``env_steps_total`` where it reports one), ``sps``, the chunk's metrics and the
+        algorithm's ``counters`` (kept outside the program, as they stand after the call), and
         is passed to ``on_chunk`` as soon as its call returns, and once the checkpoint
         saved before it is on disk (a save is written while the next call runs), so no row
         that ``on_chunk`` sees is past a checkpoint a kill could still lose. A run ends early once the
@@ -173,8 +174,10 @@ class Program:
             if new and saving:  # no row past a checkpoint before it is on disk (a kill could still lose it)
                 checkpoints.wait()
                 saving = False
+            counters = self.algorithm.counters()
             for row in new:
                 row["sps"] = float(np.nanmean(run.env_steps - call_start)) / seconds  # NaN: a member without steps
+                row.update(counters)
                 if on_chunk is not None:
                     on_chunk(row)
             if bad:

@@ -18,7 +18,9 @@ from jaxrl_frag.bounds import EXACT_STEPS, INT32, INT32_MAX, check_count, is_who
 from jaxrl_frag.errors import ConfigError, check
 
 _RESUMED = 0x7E5  # folded into the state's key for the seeds of environments started afresh on resume
-HOST_OPTIONS = ("workers", "groups", "ring", "backend")  # HostEnv.make's options, the recipe's env_<option>
+# HostEnv.make's options, the recipe's env_<option>: the ring's, then the backends' (envs.host_pool.OPTIONS)
+HOST_OPTIONS = ("workers", "groups", "ring", "backend", "timeout", "address", "worker_cpus", "worker_resource",
+                "lost_workers")
 # act(obs, key) -> action: a batch of observations [N, ...] as the bare environment gives them (no normalisation) and
 # one key, to the actions sent to the environment [N, ...]
 PolicyFn = Callable[[jax.Array, jax.Array], jax.Array]
@@ -45,7 +47,20 @@ class Recipe(Algorithm):
                                              "strict alternation, the same results)")
     env_backend: str = static_field("auto", help="host environments: where they step, with the same results: "
                                                  "processes (isolated workers), in-process (Atari on ale-py's threads, "
-                                                 "no IPC), auto (in-process for ale:, processes otherwise)")
+                                                 "no IPC), ray (actors on a Ray cluster's nodes: pip install "
+                                                 "'jaxrl_frag[ray]'), auto (in-process for ale:, processes otherwise)")
+    env_timeout: float = static_field(60.0, help="host environments in worker processes or Ray actors: seconds a "
+                                                 "worker has to answer a step before it counts as lost")
+    env_address: str = static_field("", help="ray: the cluster's address (host:port, as ray start --head prints "
+                                             "it); empty: $RAY_ADDRESS, else a local Ray started for the run")
+    env_worker_cpus: float = static_field(1.0, help="ray: CPUs each environment worker (actor) reserves")
+    env_worker_resource: str = static_field("", help="ray: a custom resource of the nodes the workers go to (a node "
+                                                     "started with ray start --resources '{\"envs\": 16}'); empty: "
+                                                     "any node with free CPUs")
+    env_lost_workers: str = static_field("stop", help="ray: a lost worker (its node gone, or no answer within "
+                                                      "env_timeout): stop (exit 4 naming it and its node, checkpoints "
+                                                      "kept, resume continues) or restart (elsewhere, its environments "
+                                                      "reset and their episodes in flight ended as truncations)")
 
     action_spaces: ClassVar[tuple[type, ...]] = (envs.Discrete, envs.Box)  # the kinds of action space it acts in
     multi_agent: ClassVar[bool] = False  # whether it acts for agents on an axis (AgentObs), or for one
@@ -127,6 +142,10 @@ class Recipe(Algorithm):
     def failure(self) -> Exception | None:
         """The environments' failure outside the program, if any."""
         return self.env.failure()
+
+    def counters(self) -> dict[str, float]:
+        """The environments' counts kept outside the program (``Env.counters``)."""
+        return self.env.counters()
 
     def policy_fn(self, state: Any, greedy: bool) -> PolicyFn:
         """The policy of training state ``state``, to act with after training.

@@ -41,7 +41,8 @@ CACHE_BYTES = 2 * 2**30
 # marked here rather than in the module (see the markers in pyproject.toml): modules of real processes throughout
 # (multi-process runs, a wheel build, a plugin package installed and driven through the console script, host
 # environments' worker pools), and every test that reads the 5e5-step yardstick run
-SLOW_MODULES = ("test_multiprocess.py", "test_packaging.py", "test_plugins.py", "test_host_envs.py", "test_host_pool.py")
+SLOW_MODULES = ("test_multiprocess.py", "test_packaging.py", "test_plugins.py", "test_host_envs.py", "test_host_pool.py",
+                "test_host_ray.py")
 # under pytest-xdist modules go to the two workers in this order, the costliest first so that no worker is left with
 # a long one at the end: the Atari test is the longest of make test-long, the recipe x policy matrix (60 programs)
 # the largest module of make test

@@ -212,3 +212,31 @@ def test_the_allowed_internal_still_has_what_is_used() -> None:
 
     assert "client" in type(distributed.global_state).__annotations__
     assert {"key_value_set", "blocking_key_value_get"} <= set(dir(_jax.DistributedRuntimeClient))
+
+
+def _imported_at(path: Path) -> tuple[set[str], set[str]]:
+    """The top-level package names that the module at ``path`` imports anywhere, and those
+    it imports in its body (at import time)."""
+    tree = ast.parse(path.read_text())
+
+    def names(nodes: object) -> set[str]:
+        out = set()
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                out |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                out.add(node.module.split(".")[0])
+        return out
+
+    return names(ast.walk(tree)), names(tree.body)
+
+
+def test_only_the_ray_backend_names_ray_and_only_when_chosen() -> None:
+    """Ray is an optional extra (``jaxrl_frag[ray]``): only the ``--env-backend ray`` pool
+    (``envs.host_ray``) and the actor it sends to Ray's workers (``host_worker.Worker``,
+    asking for its node there) import it, and only inside the functions that run once the
+    backend is chosen; the core and every other layer never."""
+    importing = {module for module, path in MODULES.items() if "ray" in _imported_at(path)[0]}
+    assert importing == {f"{PACKAGE}.envs.host_ray", f"{PACKAGE}.envs.host_worker"}
+    for module in importing:
+        assert "ray" not in _imported_at(MODULES[module])[1], f"{module} imports ray when it is imported"

@@ -1,0 +1,178 @@
+"""Host environments on a Ray cluster (``--env-backend ray``), on a real local cluster:
+a head without CPUs for workers and a CPU-only node with a custom resource that the
+workers are pinned to (``ray.cluster_utils.Cluster``, as Ray's own tests start one).
+The workers step there and the run equals the local worker pool's; PPO learns on them;
+a node removed mid-run stops the run (exit 4, resume continues it) or, under
+``--env-lost-workers restart``, its workers start again on another node and training
+goes on."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+import ray
+from processes import wait_for
+from ray.cluster_utils import Cluster
+
+import jaxrl_frag as jf
+from jaxrl_frag.envs.host_ray import RayPool
+
+CARTPOLE = "gymnasium:CartPole-v1"
+SMALL = dict(num_envs=8, num_steps=16, total_steps=8 * 16 * 4, num_minibatches=4)  # 4 iterations, as test_host_envs'
+RESOURCE = "envs"  # the CPU nodes' custom resource: the workers go only where it is
+
+
+def without_sps(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k != "sps"} for row in rows]
+
+
+def cluster_of(*nodes: int) -> Cluster:
+    """A head (this machine's Ray, no CPUs to give workers) and a node with ``n`` CPUs
+    and the resource ``RESOURCE`` for each ``n`` of ``nodes``."""
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    for cpus in nodes:
+        cluster.add_node(num_cpus=cpus, resources={RESOURCE: 1})
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    cluster = cluster_of(2)
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def on_ray(cluster: Cluster, **settings: object) -> jf.Algorithm:
+    return jf.recipes.PPO.create(CARTPOLE, env_backend="ray", env_address=cluster.address,
+                                 env_worker_resource=RESOURCE, **settings)
+
+
+def cpu_node(cluster: Cluster) -> str:
+    (node,) = cluster.worker_nodes
+    return node.node_id
+
+
+def test_workers_on_a_cpu_node_compute_what_the_local_pool_does(cluster: Cluster) -> None:
+    """PPO on CartPole, 8 environments in 2 workers, pinned to the CPU node: rows (but
+    steps/s) and parameters bitwise those of local worker processes at the same seed."""
+    algo = on_ray(cluster, env_workers=2, **SMALL)
+    ray_run = jf.compile(algo, chunk_iterations=2).run(jax.random.PRNGKey(3))
+    pool = algo.env.pool()
+    assert isinstance(pool, RayPool) and pool.nodes() == [cpu_node(cluster)] * 2
+    local = jf.compile(jf.recipes.PPO.create(CARTPOLE, env_workers=2, **SMALL), chunk_iterations=2)
+    local_run = local.run(jax.random.PRNGKey(3))
+    assert without_sps(ray_run.rows) == without_sps(local_run.rows)
+    for x, y in zip(jax.tree.leaves(ray_run.state.params), jax.tree.leaves(local_run.state.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert ray_run.final["episode_count"] > 0
+    algo.env.close()
+
+
+def test_a_missing_resource_is_refused_before_tracing(cluster: Cluster) -> None:
+    """Aiming the workers at a resource no node has: exit status 2, one line naming the
+    setting, the value and the resources the nodes have."""
+    from jaxrl_frag.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"env_worker_resource='gpu-free'.*no node of the Ray cluster.*envs"):
+        jf.recipes.PPO.create(CARTPOLE, env_backend="ray", env_address=cluster.address, env_worker_resource="gpu-free")
+
+
+def test_without_ray_the_backend_is_refused_with_the_install_command(tmp_path: Path) -> None:
+    """Ray is an optional extra: where it cannot be imported, ``--env-backend ray`` exits
+    with status 2 and one line naming the setting and the install command, writing nothing."""
+    hide_ray = ("import sys; sys.modules['ray'] = None; from jaxrl_frag.app.cli import main; "
+                f"sys.exit(main(['train', 'ppo', '--env', '{CARTPOLE}', '--env-backend', 'ray', '--run-dir', "
+                f"'{tmp_path / 'run'}']))")
+    done = subprocess.run([sys.executable, "-c", hide_ray], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "jaxrl-frag: error: env_backend='ray': needs Ray, which is not installed: install it with pip install "
+        "'jaxrl_frag[ray]', or choose processes (worker processes on this machine)")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.learning
+@pytest.mark.long
+def test_ppo_learns_cartpole_on_a_cpu_node(cluster: Cluster) -> None:
+    """test_host_envs.py's Gymnasium CartPole run (8 environments of 64 steps, 5e5 steps),
+    its 2 workers on the CPU node: it learns as the local pool's does (the same rows, as
+    the test above shows for a short run)."""
+    algo = on_ray(cluster, num_envs=8, num_steps=64, total_steps=500_000)
+    history = jf.compile(algo).run(jax.random.PRNGKey(0))
+    assert algo.env.pool().nodes() == [cpu_node(cluster)] * 2
+    assert history.last("episode_return") >= 475
+    algo.env.close()
+
+
+def train(cluster: Cluster, run_dir: Path, *flags: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "jaxrl_frag", "train", "ppo", "--env", CARTPOLE, "--num-envs", "8",
+                             "--env-workers", "2", "--num-steps", "16", "--chunk-iterations", "4", "--checkpoint-every",
+                             "4", "--env-backend", "ray", "--env-address", cluster.address, "--env-worker-resource",
+                             RESOURCE, "--run-dir", str(run_dir), *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def rows(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.long
+def test_a_node_removed_mid_run(tmp_path: Path) -> None:
+    """Two runs, their workers on CPU node A; once each has checkpointed, node B joins
+    and A is removed. Under ``--env-lost-workers stop`` the run exits with status 4
+    naming a worker, its environments and node A, its checkpoints kept, and ``resume``
+    finishes it on node B. Under ``restart`` both workers start again on node B, their 8
+    episodes in flight end as truncations (counted in the rows), and the run trains to
+    its end, its checkpoints whole."""
+    for strict in (True, False):
+        cluster = cluster_of(2)
+        try:
+            (node_a,) = cluster.worker_nodes
+            run_dir = tmp_path / ("stop" if strict else "restart")
+            total = "1e7" if strict else "40960"
+            proc = train(cluster, run_dir, "--total-steps", total, "--env-lost-workers", "stop" if strict else "restart")
+            try:
+                wait_for(run_dir / "checkpoints" / "8", proc, 240)
+                node_b = cluster.add_node(num_cpus=2, resources={RESOURCE: 1})
+                cluster.remove_node(node_a)
+                _, err = proc.communicate(timeout=240)
+            finally:
+                proc.kill()
+            if strict:
+                assert proc.returncode == 4, err
+                assert "Traceback" not in err, err
+                assert f"({node_a.node_id[:8]}) was lost" in err, err
+                assert "environments 0, 2, 4, 6 of gymnasium:CartPole-v1" in err or "environments 1, 3, 5, 7" in err, err
+                assert "was lost" in err and "resume with jaxrl-frag resume" in err, err
+                kept = sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
+                assert kept and kept[-1] >= 8
+                resumed = subprocess.run([sys.executable, "-m", "jaxrl_frag", "resume", str(run_dir), "--override",
+                                          f"total_steps={(kept[-1] + 8) * 128}"], capture_output=True, text=True,
+                                         timeout=240)
+                assert resumed.returncode == 0, resumed.stderr
+                assert float(rows(run_dir)[-1]["iteration"]) == kept[-1] + 8
+            else:
+                assert proc.returncode == 0, err
+                assert err.count("restarted on node") == 2 and node_b.node_id[:8] in err, err
+                last = rows(run_dir)[-1]
+                assert float(last["env_steps"]) == 40_960
+                assert float(last["env_workers_restarted"]) == 2 and float(last["env_episodes_cut"]) == 8
+                program = jf.compile(jf.recipes.PPO.create(CARTPOLE, num_envs=8, num_steps=16), chunk_iterations=4)
+                saved = program.restore(run_dir / "checkpoints", allow_changes=("total_steps", "env_workers",
+                                                                                  "env_backend", "env_address",
+                                                                                  "env_worker_resource",
+                                                                                  "env_lost_workers"))
+                assert saved.iteration == int(float(last["iteration"])) and saved.meta["rows"][-1]["env_workers_restarted"] == 2
+        finally:
+            cluster.shutdown()
