@@ -18,7 +18,8 @@ process for the run and stopped after it). Ray is imported only once this backen
 is chosen: without it, choosing it is a ``ConfigError`` with the install command.
 
 A worker is lost when its actor or its node dies, or when it does not answer within
-``timeout`` seconds. With ``lost_workers="stop"`` the pool is shut down with an
+``timeout`` seconds (a new one, to be placed, started and reset, within ``STARTING``
+seconds at least). With ``lost_workers="stop"`` the pool is shut down with an
 ``EnvWorkerError`` naming the worker, its environments and its node (a run stops with
 exit status 4, its checkpoints kept). With ``"restart"`` a new actor takes the lost
 one's environments wherever the cluster has room, resets them (seeded from their
@@ -46,6 +47,7 @@ from jaxrl_frag.errors import ConfigError, check
 INSTALL = "pip install 'jaxrl_frag[ray]'"
 LOST_WORKERS = ("stop", "restart")
 RESOURCE_SHARE = 0.001  # of worker_resource per worker: a placement constraint, the CPUs set how many fit
+STARTING = 120.0  # seconds a new worker has, at least, to be placed, start and reset its environments
 _STARTED: list[bool] = []  # [True] while this process runs a Ray it started itself (no address)
 
 
@@ -139,6 +141,7 @@ class RayPool(WorkerPool):
         self._episodes = [Episodes(self.per_worker) for _ in range(num_workers)]
         self._last: list[np.ndarray | None] = [None] * num_workers  # each worker's latest observations
         self._pending: dict[int, Any] = {}  # worker -> its step in flight
+        self._starting: set[int] = set()  # workers that have not answered yet: they get STARTING seconds
         self._row_seeds = np.zeros(num_envs, np.int64)  # each environment's seed at the last reset
         self.restarts = self.cut = 0
         for w in range(num_workers):
@@ -199,6 +202,7 @@ class RayPool(WorkerPool):
         obs = {}
         for w, ref in refs.items():
             obs[w] = self._answer(w, ref)
+            self._starting.discard(w)
             if obs[w] is None:  # lost, and restarted: reset afresh
                 obs[w] = self._restart(w, self._row_seeds[self.held(w)])
             self._episodes[w].reset()
@@ -247,15 +251,17 @@ class RayPool(WorkerPool):
     def _start_worker(self, w: int) -> None:
         self._actors[w] = self._remote.remote(self.target, self.per_worker, self._kwargs)
         self._nodes[w] = self._actors[w].node.remote()
+        self._starting.add(w)
 
     def _answer(self, w: int, ref: Any, waited: bool = False) -> Any:
         """Worker ``w``'s answer ``ref``; ``None`` if ``w`` was lost and is to be restarted
         (the pool stops, raising, where lost workers stop it or ``w`` raised)."""
         ray = ray_module()
+        limit = max(self.timeout, STARTING) if w in self._starting else self.timeout
         try:
-            return ray.get(ref, timeout=0 if waited else self.timeout)
+            return ray.get(ref, timeout=0 if waited else limit)
         except ray.exceptions.GetTimeoutError:
-            lost = f"did not answer within {self.timeout:g} s"
+            lost = f"did not answer within {limit:g} s" + (" of starting" if w in self._starting else "")
         except ray.exceptions.RayTaskError as error:  # the environment raised: no loss
             self._fail(w, f"raised:\n{error}")
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.NodeDiedError) as error:
@@ -280,6 +286,7 @@ class RayPool(WorkerPool):
         reseeded = np.array([np.random.SeedSequence([int(s), self.restarts]).generate_state(1)[0] & 0x7FFFFFFF
                              for s in seeds], np.int64)
         obs = self._answer(w, self._actors[w].reset.remote(reseeded))
+        self._starting.discard(w)
         if obs is None:
             self._fail(w, f"{why}, and its restart {self._lost}")
         print(f"jaxrl-frag: environment worker {w} ({self._listed(self.held(w))}) on Ray node {before} {why}; "

@@ -165,6 +165,12 @@ class Worker:
 
         return ray.get_runtime_context().get_node_id()
 
+    def pid(self) -> int:
+        """The id of the process this worker runs in."""
+        import os
+
+        return os.getpid()
+
     def reset(self, seeds: np.ndarray) -> np.ndarray:
         return self.envs.reset(seeds)
 

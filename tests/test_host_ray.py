@@ -78,6 +78,44 @@ def test_workers_on_a_cpu_node_compute_what_the_local_pool_does(cluster: Cluster
     algo.env.close()
 
 
+def test_a_worker_that_does_not_answer_is_lost(cluster: Cluster) -> None:
+    """A worker stopped (SIGSTOP) answers no step: after ``timeout`` it is lost. Under
+    ``restart`` a new worker takes its environments: in that step they end as truncations
+    (reward 0, their last observations as the final ones, the episodes' scores and lengths
+    so far), their next observations fresh resets, counted; the other worker's are
+    stepped as ever. Under ``stop`` the pool shuts down naming the worker and its node."""
+    import os
+    import signal
+
+    from jaxrl_frag.envs.host_pool import EnvWorkerError, HostEnvPool
+
+    options = dict(address=cluster.address, worker_resource=RESOURCE, timeout=3.0)
+    with RayPool(CARTPOLE, 4, 2, 1, lost_workers="restart", **options) as pool, HostEnvPool(CARTPOLE, 4, 2) as local:
+        np.testing.assert_array_equal(pool.reset(7), local.reset(7))
+        for _ in range(3):
+            last = pool.step(np.ones(4, np.int64))
+            local.step(np.ones(4, np.int64))
+        os.kill(ray.get(pool._actors[0].pid.remote()), signal.SIGSTOP)
+        step = pool.step(np.ones(4, np.int64))
+        expected = local.step(np.ones(4, np.int64))
+        lost, kept = pool.held(0), pool.held(1)
+        assert step.truncated[lost].all() and not step.terminated[lost].any() and (step.reward[lost] == 0).all()
+        np.testing.assert_array_equal(step.final_obs[lost], last.obs[lost])
+        np.testing.assert_array_equal(step.length[lost], last.length[lost])
+        for x, y in zip(step, expected, strict=True):
+            np.testing.assert_array_equal(x[kept], y[kept])
+        assert pool.counters() == {"env_workers_restarted": 1.0, "env_episodes_cut": 2.0}
+        assert pool.nodes() == [cpu_node(cluster)] * 2
+        assert pool.step(np.ones(4, np.int64)).length[lost].tolist() == [1, 1]  # new episodes
+    with RayPool(CARTPOLE, 4, 2, 1, **options) as pool:
+        pool.reset(7)
+        os.kill(ray.get(pool._actors[1].pid.remote()), signal.SIGSTOP)
+        with pytest.raises(EnvWorkerError, match=rf"environment worker 1 \(environments 2, 3 of {CARTPOLE}\) on Ray "
+                                                 rf"node .* \({cpu_node(cluster)[:8]}\) did not answer within 3 s"):
+            pool.step(np.ones(4, np.int64))
+        assert not pool.alive
+
+
 def test_a_missing_resource_is_refused_before_tracing(cluster: Cluster) -> None:
     """Aiming the workers at a resource no node has: exit status 2, one line naming the
     setting, the value and the resources the nodes have."""
