@@ -225,8 +225,13 @@ class RayPool(WorkerPool):
             if answer is None:
                 parts.append(self._cut(w))
                 continue
-            obs, reward, points, terminated, truncated, final = answer
-            score, length = self._episodes[w].record(points, terminated | truncated)
+            obs, reward, points, terminated, truncated, ended_final = answer
+            ended = terminated | truncated
+            final = obs  # the final observations of the episodes that went on
+            if ended.any():
+                final = obs.copy()
+                final[ended] = ended_final
+            score, length = self._episodes[w].record(points, ended)
             self._last[w] = obs
             parts.append((obs, reward, terminated, truncated, final, score, length))
         return HostStep(*(np.concatenate(column) for column in zip(*parts, strict=True)))

@@ -153,8 +153,8 @@ def make(env_id: str, count: int, kwargs: dict[str, Any], threads: int = 1) -> E
 class Worker:
     """``count`` environments ``env_id`` as a Ray actor holds them (``host_ray.RayPool``,
     which sends this class by value: a Ray worker imports NumPy, Gymnasium and ale-py,
-    never this package or JAX). Each step returns ``Envs.recv``'s tuple; the pool keeps
-    the episodes' scores, so that it knows them when a worker is lost."""
+    never this package or JAX). The pool keeps the episodes' scores, so that it knows
+    them when a worker is lost."""
 
     def __init__(self, env_id: str, count: int, kwargs: dict[str, Any]):
         self.envs = make(env_id, count, kwargs)
@@ -175,7 +175,10 @@ class Worker:
         return self.envs.reset(seeds)
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
-        return self.envs.step(actions)
+        """``Envs.recv``'s tuple, but the final observations of the episodes that ended
+        alone: the others' are their observations (half the bytes to send, or less)."""
+        obs, reward, points, terminated, truncated, final = self.envs.step(actions)
+        return obs, reward, points, terminated, truncated, final[terminated | truncated]
 
     def close(self) -> None:
         self.envs.close()

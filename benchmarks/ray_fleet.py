@@ -1,0 +1,96 @@
+"""Environment workers as Ray actors on other nodes (``--env-backend ray``) against local
+worker processes (``--env-backend processes``), the same count of each, side by side.
+
+    python benchmarks/ray_fleet.py [--envs ale:Breakout gymnasium:Acrobot-v1] [--workers 1 2 4]
+                                   [--num-envs 8] [--steps 300] [--pairs 3]
+
+A local Ray cluster on this machine (``ray.cluster_utils.Cluster``: a head with no CPUs
+for workers and two nodes of 2 CPUs with the resource ``envs``, as tests/test_host_ray.py
+starts one) stands in for a rack of CPU machines. For each environment and worker count,
+both pools step ``--num-envs`` environments in 2 groups (the ring's layout; 1 for one
+worker) with random
+actions, each group sent and received in turn as the environment ring does, ``--steps``
+steps a timing, alternating ray and local ``--pairs`` times from pools already up;
+prints environment steps per second of each and the ratio ray / local (the median of the
+pairs'). A remote worker's cost per step, over a local one's, is read off the same
+timings: ``(1 / sps_ray - 1 / sps_local) * num_envs`` seconds a step of the batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+
+def steps_per_second(pool: object, num_envs: int, steps: int, actions: int, seed: int) -> float:
+    """Environment steps per second of ``steps`` ring steps of ``pool`` (random actions)."""
+    rng = np.random.default_rng(seed)
+    groups = pool.groups
+    pool.reset(seed)
+    for g in range(groups - 1):
+        pool.send(g, rng.integers(0, actions, pool.group_size))
+    start = time.perf_counter()
+    for _ in range(steps):
+        for g in range(groups):
+            pool.send((g + groups - 1) % groups, rng.integers(0, actions, pool.group_size))
+            pool.receive(g)
+    seconds = time.perf_counter() - start
+    for g in range(groups - 1):  # the groups still out, as after the ring's last step
+        pool.receive(g)
+    return num_envs * steps / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--envs", nargs="+", default=["ale:Breakout", "gymnasium:Acrobot-v1"])
+    parser.add_argument("--workers", nargs="+", type=int, default=[1, 2, 4])
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--pairs", type=int, default=3)
+    args = parser.parse_args()
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from jaxrl_frag.envs.host_pool import HostEnvPool, environments
+    from jaxrl_frag.envs.host_ray import RayPool
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    for _ in range(2):
+        cluster.add_node(num_cpus=2, resources={"envs": 1})
+    ray.init(address=cluster.address, log_to_driver=False)
+    print("| environment | workers | ray steps/s | local steps/s | ray / local (pairs) | remote cost a batch step |")
+    print("|---|---|---|---|---|---|")
+    try:
+        for env in args.envs:
+            for workers in args.workers:
+                groups = 2 if workers % 2 == 0 else 1  # the ring's 2 groups where the workers divide into them
+                ray_pool = RayPool(env, args.num_envs, workers, groups, address=cluster.address, worker_resource="envs")
+                local = HostEnvPool(env, args.num_envs, workers, groups)
+                probe = environments(env, 1, {})
+                actions = int(probe.action_space.n)
+                probe.close()
+                sps: dict[str, list[float]] = {"ray": [], "local": []}
+                steps_per_second(ray_pool, args.num_envs, 5, actions, 0)  # warm: actors up, games loaded
+                steps_per_second(local, args.num_envs, 5, actions, 0)
+                for pair in range(args.pairs):
+                    for name, pool in (("ray", ray_pool), ("local", local))[:: 1 if pair % 2 == 0 else -1]:
+                        sps[name].append(steps_per_second(pool, args.num_envs, args.steps, actions, pair))
+                ratios = [r / loc for r, loc in zip(sps["ray"], sps["local"], strict=True)]
+                cost = statistics.median([(1 / r - 1 / loc) * args.num_envs
+                                          for r, loc in zip(sps["ray"], sps["local"], strict=True)])
+                print(f"| {env} | {workers} | {statistics.median(sps['ray']):,.0f} | "
+                      f"{statistics.median(sps['local']):,.0f} | **{statistics.median(ratios):.2f}x** "
+                      f"({', '.join(f'{r:.2f}' for r in ratios)}) | {cost * 1e3:+.2f} ms |", flush=True)
+                ray_pool.close()
+                local.close()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()
