@@ -3,6 +3,7 @@ worker processes (``--env-backend processes``), the same count of each, side by 
 
     python benchmarks/ray_fleet.py [--envs ale:Breakout gymnasium:Acrobot-v1] [--workers 1 2 4]
                                    [--num-envs 8] [--steps 300] [--pairs 3]
+    python benchmarks/ray_fleet.py --train [--envs gymnasium:CartPole-v1] [--workers 2] [--train-steps 32768]
 
 A local Ray cluster on this machine (``ray.cluster_utils.Cluster``: a head with no CPUs
 for workers and two nodes of 2 CPUs with the resource ``envs``, as tests/test_host_ray.py
@@ -14,6 +15,10 @@ steps a timing, alternating ray and local ``--pairs`` times from pools already u
 prints environment steps per second of each and the ratio ray / local (the median of the
 pairs'). A remote worker's cost per step, over a local one's, is read off the same
 timings: ``(1 / sps_ray - 1 / sps_local) * num_envs`` seconds a step of the batch.
+
+``--train``: whole PPO runs instead (``--num-envs`` environments of 64 steps, the ring
+on), each side compiled once and run ``--train-steps`` steps from a fresh state
+``--pairs`` times, alternating; training steps per second and their ratio.
 """
 
 from __future__ import annotations
@@ -43,6 +48,36 @@ def steps_per_second(pool: object, num_envs: int, steps: int, actions: int, seed
     return num_envs * steps / seconds
 
 
+def train(address: str, args: argparse.Namespace) -> None:
+    """PPO's training steps per second with the workers on the cluster's nodes and in local processes."""
+    import jax
+
+    import jaxrl_frag as jf
+
+    print("| environment | workers | ray steps/s | local steps/s | ray / local (pairs) |")
+    print("|---|---|---|---|---|")
+    for env in args.envs:
+        for workers in args.workers:
+            groups = 2 if workers % 2 == 0 else 1
+            settings = dict(num_envs=args.num_envs, num_steps=64, total_steps=args.train_steps, env_workers=workers,
+                            env_groups=groups)
+            programs = {"ray": jf.compile(jf.recipes.PPO.create(env, env_backend="ray", env_address=address,
+                                                                 env_worker_resource="envs", **settings)),
+                        "local": jf.compile(jf.recipes.PPO.create(env, env_backend="processes", **settings))}
+            for program in programs.values():  # pools up, programs loaded
+                program.run(jax.random.PRNGKey(0), 1)
+            sps: dict[str, list[float]] = {"ray": [], "local": []}
+            for pair in range(args.pairs):
+                for name in ("ray", "local")[:: 1 if pair % 2 == 0 else -1]:
+                    start = time.perf_counter()
+                    programs[name].run(jax.random.PRNGKey(pair))
+                    sps[name].append(args.train_steps / (time.perf_counter() - start))
+            ratios = [r / loc for r, loc in zip(sps["ray"], sps["local"], strict=True)]
+            print(f"| {env} | {workers} | {statistics.median(sps['ray']):,.0f} | "
+                  f"{statistics.median(sps['local']):,.0f} | **{statistics.median(ratios):.2f}x** "
+                  f"({', '.join(f'{r:.2f}' for r in ratios)}) |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", nargs="+", default=["ale:Breakout", "gymnasium:Acrobot-v1"])
@@ -50,6 +85,8 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--train", action="store_true", help="time whole PPO runs instead of the pools alone")
+    parser.add_argument("--train-steps", type=int, default=32768)
     args = parser.parse_args()
 
     import ray
@@ -62,9 +99,12 @@ def main() -> None:
     for _ in range(2):
         cluster.add_node(num_cpus=2, resources={"envs": 1})
     ray.init(address=cluster.address, log_to_driver=False)
-    print("| environment | workers | ray steps/s | local steps/s | ray / local (pairs) | remote cost a batch step |")
-    print("|---|---|---|---|---|---|")
     try:
+        if args.train:
+            train(cluster.address, args)
+            return
+        print("| environment | workers | ray steps/s | local steps/s | ray / local (pairs) | remote cost a batch step |")
+        print("|---|---|---|---|---|---|")
         for env in args.envs:
             for workers in args.workers:
                 groups = 2 if workers % 2 == 0 else 1  # the ring's 2 groups where the workers divide into them
