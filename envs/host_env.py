@@ -1,9 +1,10 @@
 """``HostEnv``: environments that are not JAX, as an ``Env`` batch inside the compiled program.
 
-The environments run in a pool (``host_pool``: worker processes, or this process:
-``backend``); the program reaches them through host callbacks (``primitives.on_host``), so policy inference, learning
-and everything else stay one compiled device program under any distribution policy, and
-only observations, actions and rewards cross to the host.
+The environments run in a pool (``host_pool.BACKENDS``, by ``backend``: worker
+processes, this process, or Ray actors on a cluster's nodes, ``host_ray``); the program
+reaches them through host callbacks (``primitives.on_host``), so policy inference,
+learning and everything else stay one compiled device program under any distribution
+policy, and only observations, actions and rewards cross to the host.
 
 ``rollout`` runs the pool as an environment ring: the batch is split into ``groups``
 groups (group ``g`` is environments ``g, g + groups, ...``, so every group spans every
