@@ -36,6 +36,7 @@ GYMNAX_BLINES = dict(num_envs=64, num_steps=128, num_minibatches=8, num_epochs=4
 
 
 def main() -> None:
+    jax.config.update("jax_enable_compilation_cache", False)  # compile times of fresh compiles, not cache reads
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--env", default="Breakout-MinAtar", choices=sorted(REFERENCE))
     parser.add_argument("--steps", type=float, default=1e7, help="environment steps per seed")
