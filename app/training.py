@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from jaxrl_frag.app.build import Members, make_algorithm, make_policy, memory_fix, resolved_config
-from jaxrl_frag.app.compilation_cache import enable_compilation_cache
 from jaxrl_frag.app.signals import Interrupt, StopOnSignal
 from jaxrl_frag.app.spec import RESUMABLE_CHANGES, RunSpec
 from jaxrl_frag.app.wandb_log import check_project
@@ -185,7 +184,6 @@ def _compile(spec: RunSpec, run_dir: Any, algo: Any, config: dict[str, Any],
     from jaxrl_frag.program import compile as compile_program
 
     policy = make_policy(spec)
-    enable_compilation_cache()
     size = f"{'up to ' if algo.iterations_vary else ''}{algo.num_iterations} iterations of " + (
         f"at least {algo.steps_per_iteration} steps (boosted)" if algo.iterations_vary else f"{algo.steps_per_iteration} steps")
     say(f"{spec.recipe} on {spec.env}: {size} -> {run_dir.path}")

@@ -159,6 +159,7 @@ def plot(results: dict[str, dict[str, Any]], grid: np.ndarray, env: str) -> Figu
 
 
 def main() -> None:
+    jax.config.update("jax_enable_compilation_cache", False)  # compile times of fresh compiles, not cache reads
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--seeds", type=int, default=5)

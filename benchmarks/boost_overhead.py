@@ -31,6 +31,7 @@ def measure(contender: str, env: str, budget: int) -> dict[str, float]:
     from jaxrl_frag.recipes import PPO
     from jaxrl_frag.transforms import boost
 
+    jax.config.update("jax_enable_compilation_cache", False)  # compile times of fresh compiles, not cache reads
     recipe = PPO.create(env, num_envs=64, total_steps=budget)
     algo = recipe if contender == "plain" else boost.Boosted.create(recipe, strategy="fixed", budget_steps=budget,
                                                                               minibatches="count")

@@ -36,6 +36,7 @@ def main() -> None:
     import jaxrl_frag as jf
     from jaxrl_frag.transforms import Population
 
+    jax.config.update("jax_enable_compilation_cache", False)  # compile times of fresh compiles, not cache reads
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--env", default="Breakout-MinAtar", choices=sorted(REFERENCE))
     parser.add_argument("--steps", type=float, default=1e7, help="environment steps per seed")

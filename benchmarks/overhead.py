@@ -117,6 +117,7 @@ def compare_programs(programs: dict[str, jf.Program], repeats: int) -> tuple[dic
 
 
 def main() -> None:
+    jax.config.update("jax_enable_compilation_cache", False)  # compile times of fresh compiles, not cache reads
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--configs", default="4:5e5,1024:5e6", help="comma-separated NUM_ENVS:TOTAL_STEPS")

@@ -5,6 +5,7 @@ alternating round by round, compared as ratios."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 from collections.abc import Callable
@@ -12,8 +13,10 @@ from typing import Any
 
 
 def run_python(python: str, code: str) -> dict[str, Any]:
-    """Run ``code`` with the interpreter ``python``; its last line of output, as JSON."""
-    done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
+    """Run ``code`` with the interpreter ``python``, JAX's persistent compilation cache off
+    (compile times of fresh compiles, not cache reads); its last line of output, as JSON."""
+    env = {**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false"}
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False, env=env)
     if done.returncode:
         raise SystemExit(f"{python} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

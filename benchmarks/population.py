@@ -36,6 +36,7 @@ def measure(contender: str, seeds: int, total: int) -> dict[str, Any]:
     import jaxrl_frag as jf
     from jaxrl_frag.transforms import Population
 
+    jax.config.update("jax_enable_compilation_cache", False)  # compile times of fresh compiles, not cache reads
     algo = jf.recipes.PPO.create(ENV, num_envs=NUM_ENVS, total_steps=total)
     t0 = time.perf_counter()
     if contender == "fused --seeds":

@@ -36,6 +36,7 @@ def final_return(history: jf.History, rows: int = 5) -> float:
 
 
 def main() -> None:
+    jax.config.update("jax_enable_compilation_cache", False)  # compile times of fresh compiles, not cache reads
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--recipes", default=",".join(BENCHMARKS))

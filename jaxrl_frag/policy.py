@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, Protocol
 
 import jax
@@ -57,6 +58,19 @@ def compile_options(run_once: bool = False) -> dict[str, Any]:
 def compile_lowered(lowered: jax.stages.Lowered, run_once: bool = False) -> jax.stages.Compiled:
     """``lowered`` compiled with ``compile_options(run_once)``."""
     return lowered.compile(compiler_options=compile_options(run_once) or None)
+
+
+def compile_together(*programs: tuple[jax.stages.Lowered, bool]) -> list[jax.stages.Compiled]:
+    """Each ``(lowered, run_once)`` compiled as ``compile_lowered`` compiles it, all at once:
+    the first in this thread, the others each on a thread of its own (XLA compiles outside
+    Python's lock), so that building them takes about as long as the longest rather than the
+    sum (``benchmarks/compile_one.py``). Their options are read here, in the caller's thread."""
+    options = [compile_options(run_once) or None for _, run_once in programs]
+    with ThreadPoolExecutor(max(len(programs) - 1, 1)) as pool:
+        others = [pool.submit(lowered.compile, compiler_options=opts)
+                  for (lowered, _), opts in zip(programs[1:], options[1:], strict=True)]
+        first = programs[0][0].compile(compiler_options=options[0])
+        return [first, *(other.result() for other in others)]
 
 
 class Executor(Protocol):
@@ -179,15 +193,16 @@ class SpmdExecutor:
         self.metric_shapes = jax.eval_shape(tracing.under(rule, tracing.checked_step), algorithm, self.state_shape)[1]
         rep, state = self._replicated, self.state_sharding
         call = tracing.under(rule, functools.partial(run_iterations, max_rows=max_rows, check_finite=check_finite))
-        self._init = compile_lowered(jax.jit(tracing.under(rule, tracing.init), in_shardings=(rep, rep),
-                                             out_shardings=state).lower(algorithm, key), run_once=True)
+        start = jax.jit(tracing.under(rule, tracing.init), in_shardings=(rep, rep), out_shardings=state).lower(
+            algorithm, key)
         # across processes traced under the rule, so that what it restarts (host environments' resets) runs in every
         # process on its own rows; within one, run as it is (no compilation)
         self._resumed = (jax.jit(tracing.under(rule, tracing.resumed), in_shardings=(rep, state), out_shardings=state)
                          if jax.process_count() > 1 else tracing.resumed)
-        self._call = compile_lowered(jax.jit(call, in_shardings=(rep, state, rep, rep, rep, rep),
-                                             out_shardings=(state, rep, rep, rep, rep, rep), donate_argnums=(1,)).lower(
-            algorithm, self.state_shape, Chunk.empty(self.metric_shapes), count, count, count))
+        iterations = jax.jit(call, in_shardings=(rep, state, rep, rep, rep, rep),
+                             out_shardings=(state, rep, rep, rep, rep, rep), donate_argnums=(1,)).lower(
+            algorithm, self.state_shape, Chunk.empty(self.metric_shapes), count, count, count)
+        self._call, self._init = compile_together((iterations, False), (start, True))  # init compiled beside the rest
 
     def init(self, key: np.ndarray) -> PyTree:
         """The placed state at iteration 0 (``Executor.init``)."""

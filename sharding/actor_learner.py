@@ -35,7 +35,7 @@ from jaxrl_frag.errors import check
 from jaxrl_frag.explanation import Explanation, Transfer
 from jaxrl_frag.graph import FragmentGraph, describe_aval
 from jaxrl_frag.metrics import Metrics
-from jaxrl_frag.policy import BatchAxes, NamedAxes, Policy, compile_lowered
+from jaxrl_frag.policy import BatchAxes, NamedAxes, Policy, compile_together
 from jaxrl_frag.sharding import partition
 from jaxrl_frag.sharding.data_parallel import SHUFFLE_HELP, DataParallel
 from jaxrl_frag.sharding.mesh import check_runs, device_groups, make_mesh, move
@@ -310,19 +310,19 @@ class ActorLearnerExecutor:
         self._to_totals = functools.partial(jax.device_put, device=l_rep)
         self._health = jax.device_put((np.int32(0), {n: np.int32(_NEVER) for n in self._flag_names}), l_rep)
         algorithm = self.algorithm
-        self._actor = compile_lowered(jax.jit(actor_call, in_shardings=(a_rep, a_held_sh, lagged_a),
-                                              out_shardings=(a_held_sh, flight_a), donate_argnums=(1,)
-                                              ).lower(algorithm, [avals[i] for i in split.actor_held],
-                                                      lagged.shapes()))
-        self._learner = compile_lowered(jax.jit(learner_call, in_shardings=(l_rep, l_held_sh, flight_l, l_rep, l_rep),
-                                                out_shardings=(l_held_sh, lagged_l, l_rep, l_rep), donate_argnums=(1,)
-                                                ).lower(algorithm, [avals[i] for i in split.learner_held],
-                                                        flight.shapes(), self._zeros, self._health))
-        self._actor_init = compile_lowered(jax.jit(actor_init, in_shardings=(a_rep, a_rep),
-                                                   out_shardings=a_held_sh).lower(algorithm, _KEY), run_once=True)
-        self._learner_init = compile_lowered(jax.jit(learner_init, in_shardings=(l_rep, l_rep),
-                                                     out_shardings=(l_held_sh, lagged_l)).lower(algorithm, _KEY),
-                                             run_once=True)
+        lowered_actor = jax.jit(actor_call, in_shardings=(a_rep, a_held_sh, lagged_a),
+                                out_shardings=(a_held_sh, flight_a), donate_argnums=(1,)).lower(
+            algorithm, [avals[i] for i in split.actor_held], lagged.shapes())
+        lowered_learner = jax.jit(learner_call, in_shardings=(l_rep, l_held_sh, flight_l, l_rep, l_rep),
+                                  out_shardings=(l_held_sh, lagged_l, l_rep, l_rep), donate_argnums=(1,)).lower(
+            algorithm, [avals[i] for i in split.learner_held], flight.shapes(), self._zeros, self._health)
+        lowered_actor_init = jax.jit(actor_init, in_shardings=(a_rep, a_rep), out_shardings=a_held_sh).lower(
+            algorithm, _KEY)
+        lowered_learner_init = jax.jit(learner_init, in_shardings=(l_rep, l_rep),
+                                       out_shardings=(l_held_sh, lagged_l)).lower(algorithm, _KEY)
+        # the four compiled at once, each beside the others
+        self._learner, self._actor, self._actor_init, self._learner_init = compile_together(
+            (lowered_learner, False), (lowered_actor, False), (lowered_actor_init, True), (lowered_learner_init, True))
         self._lagged_on_actor, self._flight_on_learner = lagged_a, flight_l
 
     def _lay_out_state(self, flight: _Channel, lagged: _Channel, a_leaf: list[Sharding], l_leaf: list[Sharding]) -> None:

@@ -1,13 +1,17 @@
 """JAX's persistent compilation cache, which the suite turns on (conftest.py) so that a
 program compiled by one test or subprocess is loaded, not compiled again, by the next:
-a program loaded from the cache computes bitwise what a freshly compiled one does."""
+a program loaded from the cache computes bitwise what a freshly compiled one does; and
+``jf.compile`` turns it on for a user's process that sets none (a second process reads
+the first one's programs back)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -62,3 +66,47 @@ def test_a_program_loaded_from_the_cache_computes_what_a_fresh_compilation_does(
         assert any("/state/" in name for name in a.files) and any("/metric/" in name for name in a.files)
         for name in a.files:
             np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+# jf.compile from Python in a fresh process that sets no cache itself: where the programs go, how long compiling took,
+# how many executables it built and what the cache did
+API_PROBE = r"""
+import json
+import jax
+
+events = []
+jax.monitoring.register_event_listener(lambda event, **_: events.append(event))
+
+import jaxrl_frag as jf
+
+program = jf.compile(jf.recipes.PPO.create("CartPole-v1", num_envs=8, total_steps=8 * 128 * 10))
+print(json.dumps({"dir": jax.config.jax_compilation_cache_dir, "compile_s": program.compile_seconds,
+                  "executables": len(program.executables),
+                  **{kind: events.count(f"/jax/compilation_cache/{kind}") for kind in ("cache_hits", "cache_misses")}}))
+"""
+
+
+@pytest.mark.slow  # two processes, each compiling PPO as a user's run does
+def test_a_second_process_compiling_from_python_reads_the_first_ones_programs_back(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    # as a user's shell has it: no cache of JAX's set, XLA's full optimisations (the training program then takes more
+    # than the half second from which the cache keeps programs)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE", "JAX_DISABLE_MOST_OPTIMIZATIONS"))}
+    env["JAXRL_FRAG_CACHE_DIR"] = str(cache)
+
+    def probe() -> dict[str, Any]:
+        proc = subprocess.run([sys.executable, "-c", API_PROBE], capture_output=True, text=True, timeout=600, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    fresh = probe()  # an empty cache: every program compiled, and those of at least half a second written
+    assert fresh["dir"] == str(cache) and fresh["cache_hits"] == 0, fresh
+    assert fresh["executables"] == 2  # the iterations' program and init's (compiled for compile time)
+    written = sorted(p.name for p in cache.iterdir())
+    assert len(written) == fresh["cache_misses"] and any(name.startswith("jit_run_iterations") for name in written), (
+        fresh, written)  # JAX counts a program written as a miss
+    cached = probe()  # every program the first process wrote, read back
+    assert cached["dir"] == str(cache) and cached["cache_hits"] == fresh["cache_misses"], (fresh, cached)
+    assert cached["compile_s"] < fresh["compile_s"], (fresh, cached)
+    print(f"jf.compile: {fresh['compile_s']:.2f} s with an empty cache, {cached['compile_s']:.2f} s in a second process")

@@ -352,7 +352,7 @@ def test_the_readme_is_a_page_and_the_guides_are_the_docs_sites() -> None:
 
 def test_the_command_line_caches_compiled_programs_in_xdg_cache_home(monkeypatch: pytest.MonkeyPatch,
                                                                      tmp_path: Path) -> None:
-    from jaxrl_frag.app.compilation_cache import compilation_cache_dir
+    from jaxrl_frag.compilation_cache import compilation_cache_dir
 
     monkeypatch.delenv("JAXRL_FRAG_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

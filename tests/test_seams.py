@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec, Sharding
@@ -23,7 +24,9 @@ from jaxrl_frag.policy import (
     Executor,
     Policy,
     SpmdExecutor,
+    compile_lowered,
     compile_options,
+    compile_together,
 )
 from jaxrl_frag.sharding import SingleDevice
 from jaxrl_frag.sharding.mesh import split_state
@@ -153,3 +156,14 @@ def test_programs_compile_for_compile_time_where_jax_is_asked_to() -> None:
         assert compile_options(run_once=True) == {**RUN_ONCE_OPTIONS, **QUICK_CPU_OPTIONS}
     finally:
         jax.config.update("jax_disable_most_optimizations", True)
+
+
+def test_programs_compiled_together_are_those_compiled_one_by_one() -> None:
+    """``compile_together`` gives back each program in the order given, compiled with its own options, as
+    ``compile_lowered`` compiles it alone (the first in the caller's thread, the rest on threads)."""
+    lowered = [jax.jit(lambda x, n=n: jnp.sin(x) * n + jnp.cumsum(x)).lower(jnp.ones(8 + n)) for n in range(3)]
+    run_once = (False, True, False)
+    together = compile_together(*zip(lowered, run_once, strict=True))
+    alone = [compile_lowered(program, once) for program, once in zip(lowered, run_once, strict=True)]
+    assert [p.as_text() for p in together] == [p.as_text() for p in alone]
+    assert [p.in_avals[0][0].shape for p in together] == [(8,), (9,), (10,)]

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from jaxrl_frag.app.build import make_algorithm, make_policy
 from jaxrl_frag.app.cli.spec_flags import run_spec
-from jaxrl_frag.app.compilation_cache import enable_compilation_cache
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +27,6 @@ def explain(args: argparse.Namespace) -> int:
     spec = run_spec(args)
     algo, _ = make_algorithm(spec, capped=False)
     policy = make_policy(spec)
-    enable_compilation_cache()
     program = compile_program(algo, policy, chunk_iterations=spec.chunk_iterations)
     agents = getattr(getattr(algo, "env", None), "num_agents", None)
     team = f", {agents} agents on the axis after the environment batch" if agents else ""
