@@ -176,6 +176,7 @@ def run(row: Row, seeds: int, steps: int | None) -> dict[str, Any]:
     from jaxrl_frag.transforms import Population
     from jaxrl_frag.transforms.evaluated import Evaluated
 
+    jax.config.update("jax_enable_compilation_cache", False)  # compile times of fresh compiles, not cache reads
     settings = dict(row.settings, **({"total_steps": steps} if steps else {}))
     algo = getattr(jf.recipes, row.recipe).create(row.env, **settings)
     if row.metric == "eval_return":
@@ -243,7 +244,6 @@ def table() -> str:
 
 
 def main() -> None:
-    jax.config.update("jax_enable_compilation_cache", False)  # compile times of fresh compiles, not cache reads
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="the rows")
