@@ -38,13 +38,14 @@ SMALL = {
     "pqn-gru": ("CartPole-v1@obs=0,2", {**ON_POLICY, "memory": "gru"}),
     # agents acting in a box (MABrax's kind of action, on a cheap MPE task): a Gaussian per agent, no action mask
     "ippo-continuous": ("jaxmarl:MPE_simple_facmac_3a_v1", ON_POLICY),
-    # the environment families of envs/: a MiniGrid grid (image observations, the convolutional torso), Craftax's game
+    # the environment families of envs/: MiniGrid grids (image observations, the convolutional torso), Craftax's game
     "ppo-navix": ("navix:Navix-Empty-5x5-v0", ON_POLICY),
     "ppo-craftax": ("craftax:Craftax-Classic-Symbolic-v1", ON_POLICY),
+    "ppo-xminigrid": ("xminigrid:MiniGrid-Empty-5x5", ON_POLICY),
 }
 # rows that are a recipe with other settings, and the recipe
 VARIANT_OF = {"ppo-gru": "ppo", "mappo-gru": "mappo", "pqn-gru": "pqn", "ippo-continuous": "ippo", "ppo-navix": "ppo",
-              "ppo-craftax": "ppo"}
+              "ppo-craftax": "ppo", "ppo-xminigrid": "ppo"}
 LONG = {"ppo-craftax"}  # Craftax's game takes minutes to compile on 2 cores, once per policy: make test-long's
 SEED = 3
 EXACT = {
