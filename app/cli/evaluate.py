@@ -26,7 +26,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                         help="a population's member to evaluate (default 0)")
     parser.add_argument("--video", type=Path, default=None, metavar="PATH.gif|PATH.mp4",
                         help="also draw one episode into this animated GIF or MP4 (CartPole-v1, Pendulum-v1, and the "
-                             "families that render: craftax:, navix:, xminigrid:)")
+                             "environment families that render: docs/environments.md)")
 
 
 def evaluate(args: argparse.Namespace) -> int:
