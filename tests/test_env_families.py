@@ -89,8 +89,24 @@ def test_craftax_classic_steps_under_jit_and_vmap_truncates_at_its_limit_and_ren
     assert frames.dtype == np.uint8 and frames.shape[0] == 2 and frames.shape[-1] == 3 and frames.std() > 10
 
 
+@pytest.mark.long  # the full game: 5 minutes, most of it compiling, on 2 cores at load 6 to 8
+def test_craftax_full_game_steps_under_jit_and_vmap_and_truncates_at_its_limit() -> None:
+    env = envs.make(FULL, num_envs=4, max_timesteps=5)
+    n = env.action_space.n
+
+    def act(obs, key):
+        action = jax.random.randint(key, obs.shape[:1], 0, n)
+        return action, action, ()
+
+    state, obs = env.reset(jax.random.PRNGKey(0))
+    steps, _, _, _, ended = jax.jit(lambda s, o, k: env.rollout(act, s, o, k, 12))(state, obs, jax.random.PRNGKey(1))
+    assert np.asarray(steps.truncated)[[4, 9]].all() and np.asarray(ended.done).sum() == 8
+    assert not np.asarray(steps.terminated).any() and np.isfinite(np.asarray(steps.reward)).all()
+    assert np.asarray(steps.obs).shape == (12, 4, 8268)
+
+
 @pytest.mark.learning
-@pytest.mark.long  # Craftax's game: about 6 minutes to compile and 14 to train on 2 busy cores (116 steps/s)
+@pytest.mark.long  # Craftax's game: 8 minutes, compiling included, on 2 cores at load 6 to 8 (20 at load 15)
 def test_ppo_learns_craftax_classic_past_random_play() -> None:
     """Random play returns 1.25 a finished episode (2.1 achievements, 132 steps; 64 environments
     x 500 steps); PPO's first 1.2e4 steps return 1.36 (2.3 achievements), its last 2.98 (3.9
