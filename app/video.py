@@ -2,7 +2,9 @@
 environment's state (with PIL, which matplotlib brings) into an animated GIF or an
 H.264 MP4 (with PyAV, FFmpeg's bindings), at the environment's own pace. gymnax draws
 its classic-control environments through Gymnasium's renderer, which needs pygame;
-these few lines need nothing more."""
+these few lines need nothing more. Any other environment whose family declares
+``Capabilities.renders`` draws its own frames (``Env.render``), at its ``frame_seconds``
+a step, an episode drawn for at most ``MAX_STEPS`` steps."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from jaxrl_frag.writes import write_atomically
 
 SIZE = (400, 240)  # frame width and height in pixels
 INK, CART, POLE = (40, 40, 40), (60, 110, 180), (200, 120, 50)
+MAX_STEPS = 1000  # the most steps of an episode that a family's own frames draw (Craftax's last 10,000)
 
 
 def _cartpole(state: Any, params: Any) -> Image.Image:
@@ -66,8 +69,9 @@ def check_video(path: Path, env_id: str) -> None:
     GIF or an MP4 (an existing file there is replaced only if it is one of that kind)."""
     kind = path.suffix.lower()
     check(kind in FORMATS, "video", str(path), "writes an animated GIF or an MP4: give a path ending in .gif or .mp4")
-    check(env_id in RENDERERS, "video", str(path),
-          f"the environment {env_id} cannot be drawn; --video draws {', '.join(RENDERERS)}: drop --video")
+    check(env_id in RENDERERS or _renders(env_id), "video", str(path),
+          f"the environment {env_id} cannot be drawn; --video draws {', '.join(RENDERERS)} and the families that "
+          "render (Capabilities.renders): drop --video")
     check_output("video", path)
     check(not path.exists() or (path.is_file() and FORMATS[kind](path.read_bytes()[:8])), "video", str(path),
           f"exists and is not {'a GIF' if kind == '.gif' else 'an MP4'}, which --video would replace: give another path")
@@ -79,24 +83,47 @@ def write_video(trained: Trained, path: Path, greedy: bool, seed: int) -> tuple[
     from jaxrl_frag import envs
 
     env_id = trained.recipe.env.name
-    draw, seconds = RENDERERS[env_id]
-    params = envs.make(env_id).params
-    states, rewards = record_episode(trained, greedy, seed, int(params.max_steps_in_episode))
-    frames = []
-    for t, total in enumerate(np.cumsum(rewards)):
-        frame = draw(_at(states, t), params)
+    env = envs.make(env_id)
+    if env_id in RENDERERS:
+        draw, seconds = RENDERERS[env_id]
+        params = env.params
+        states, rewards = record_episode(trained, greedy, seed, int(params.max_steps_in_episode))
+        frames = [draw(_at(states, t), params) for t in range(len(rewards))]
+        step_seconds = seconds(params)
+    else:  # the family draws its own frames
+        states, rewards = record_episode(trained, greedy, seed, min(getattr(env, "max_steps", None) or MAX_STEPS,
+                                                                    MAX_STEPS))
+        frames = [_framed(Image.fromarray(pixels)) for pixels in env.render(states)]
+        step_seconds = env.frame_seconds
+    for t, (frame, total) in enumerate(zip(frames, np.cumsum(rewards), strict=True)):
         ImageDraw.Draw(frame).text((8, 8), f"{env_id}  step {t + 1}  return {total:.1f}", fill=INK)
-        frames.append(frame)
 
     def write(tmp: Path) -> None:
         if path.suffix.lower() == ".gif":
             frames[0].save(tmp, format="GIF", save_all=True, append_images=frames[1:],
-                           duration=round(1000 * seconds(params)), loop=0)
+                           duration=round(1000 * step_seconds), loop=0)
         else:
-            _mp4(frames, tmp, Fraction(1 / seconds(params)).limit_denominator(1000))
+            _mp4(frames, tmp, Fraction(1 / step_seconds).limit_denominator(1000))
 
     write_atomically(path, write)
     return len(frames), float(np.sum(rewards))
+
+
+def _renders(env_id: str) -> bool:
+    """Whether the family of ``env_id`` draws its own frames (an unknown id: ``ConfigError``)."""
+    from jaxrl_frag import envs
+
+    return envs.make(env_id).capabilities.renders
+
+
+def _framed(image: Image.Image) -> Image.Image:
+    """``image`` scaled to fit ``SIZE`` whole (nearest pixels) and centred on white, with room for the caption."""
+    width, height = SIZE
+    scale = min(width / image.width, (height - 24) / image.height)
+    image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))), Image.NEAREST)
+    frame = Image.new("RGB", SIZE, "white")
+    frame.paste(image, ((width - image.width) // 2, 24 + (height - 24 - image.height) // 2))
+    return frame
 
 
 def _mp4(frames: list[Image.Image], path: Path, rate: Fraction) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -113,11 +113,13 @@ class Capabilities:
     state, so a transform may ``vmap`` copies of it (populations) or step a slice of its
     environments (boosting). ``restorable``: a checkpoint of the training state restores
     it exactly; where not (environments stepped outside the program), a resumed run
-    starts them afresh.
+    starts them afresh. ``renders``: ``Env.render`` draws its states, so ``evaluate
+    --video`` can draw an episode of it.
     """
 
     traceable: bool = True
     restorable: bool = True
+    renders: bool = False
 
 
 # act(obs, key) -> (action to record, action to send to the environment, anything else to keep per step)
@@ -195,6 +197,15 @@ class Env:
         """Returns ``(state, timestep)``; a finished episode is reset in the same call."""
         raise NotImplementedError
 
+    def render(self, states: PyTree) -> np.ndarray:
+        """Frames of one (unbatched) environment's ``states``, stacked on a leading axis:
+        ``uint8 [T, H, W, 3]``, for ``evaluate --video``; a family that draws declares
+        ``Capabilities.renders`` and may give ``frame_seconds`` (the seconds a step lasts)
+        and ``max_steps`` (its time limit, the longest episode a video draws)."""
+        raise NotImplementedError(f"{self.name} does not render")
+
+    frame_seconds: ClassVar[float] = 0.1
+
     def observation_fn(self, state: PyTree) -> Callable[[jax.Array], jax.Array]:
         """What this environment makes of the bare environment's observations, with the
         statistics it keeps in ``state`` held fixed (to act after training on
@@ -254,7 +265,8 @@ class Wrapper(Env):
 
     @property
     def capabilities(self) -> Capabilities:
-        return self.inner.capabilities
+        """The inner environment's, but for rendering: a wrapper's state is not the inner one's."""
+        return dataclasses.replace(self.inner.capabilities, renders=False)
 
     @property
     def num_agents(self) -> int | None:

@@ -38,9 +38,15 @@ SMALL = {
     "pqn-gru": ("CartPole-v1@obs=0,2", {**ON_POLICY, "memory": "gru"}),
     # agents acting in a box (MABrax's kind of action, on a cheap MPE task): a Gaussian per agent, no action mask
     "ippo-continuous": ("jaxmarl:MPE_simple_facmac_3a_v1", ON_POLICY),
+    # the environment families of envs/: MiniGrid grids (image observations, the convolutional torso), Craftax's game
+    "ppo-navix": ("navix:Navix-Empty-5x5-v0", ON_POLICY),
+    "ppo-craftax": ("craftax:Craftax-Classic-Symbolic-v1", ON_POLICY),
+    "ppo-xminigrid": ("xminigrid:MiniGrid-Empty-5x5", ON_POLICY),
 }
 # rows that are a recipe with other settings, and the recipe
-VARIANT_OF = {"ppo-gru": "ppo", "mappo-gru": "mappo", "pqn-gru": "pqn", "ippo-continuous": "ippo"}
+VARIANT_OF = {"ppo-gru": "ppo", "mappo-gru": "mappo", "pqn-gru": "pqn", "ippo-continuous": "ippo", "ppo-navix": "ppo",
+              "ppo-craftax": "ppo", "ppo-xminigrid": "ppo"}
+LONG = {"ppo-craftax"}  # Craftax's game takes minutes to compile on 2 cores, once per policy: make test-long's
 SEED = 3
 EXACT = {
     "data-parallel-exact": lambda: DataParallel(4, shuffle="exact"),
@@ -76,7 +82,8 @@ def reference(recipe: str) -> list[np.ndarray]:
 
 # the recurrent rows cost the most to compile (a minute and a half of make test-fast's share on 2 cores): make test
 # runs them and the other variants, make test-fast keeps one row of each recipe, and its exact policies only
-RECIPES = [pytest.param(recipe, marks=pytest.mark.slow) if recipe in VARIANT_OF else recipe for recipe in SMALL]
+RECIPES = [pytest.param(recipe, marks=pytest.mark.long if recipe in LONG else pytest.mark.slow) if recipe in VARIANT_OF
+           else recipe for recipe in SMALL]
 
 
 @pytest.mark.parametrize("policy", list(EXACT))

@@ -25,7 +25,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--member", type=fields.parse_int, default=None,
                         help="a population's member to evaluate (default 0)")
     parser.add_argument("--video", type=Path, default=None, metavar="PATH.gif|PATH.mp4",
-                        help="also draw one episode into this animated GIF or MP4 (CartPole-v1, Pendulum-v1)")
+                        help="also draw one episode into this animated GIF or MP4 (CartPole-v1, Pendulum-v1, and the "
+                             "environment families that render: docs/environments.md)")
 
 
 def evaluate(args: argparse.Namespace) -> int:
