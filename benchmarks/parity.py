@@ -98,6 +98,9 @@ ROWS = (
         "-", seeds=2, accelerator=True),
     Row("sac-pendulum", "SAC", "Pendulum-v1", dict(total_steps=20_000), "-157.0 +- 88.7 at 2e4 (one agent)",
         "rl-baselines3-zoo benchmark.md"),
+    # the zoo's td3.yml (gamma 0.98, Adam 1e-3, 1e4 random steps first); its 400x300 networks 64x64 here, as SAC's
+    Row("td3-pendulum", "TD3", "Pendulum-v1", dict(total_steps=20_000), "-151.9 +- 90.2 at 2e4 (one agent)",
+        "rl-baselines3-zoo benchmark.md"),
     Row("ppo-brax-ant", "PPO", "brax:ant",
         dict(BRAX_PPO, num_envs=4096, num_steps=80, num_epochs=4, gamma=0.97, ent_coef=1e-2, total_steps=50_000_000),
         "~5,850 at 2.5e7 (read off the plot)", "brax notebooks/training.ipynb",

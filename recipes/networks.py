@@ -511,13 +511,17 @@ class SquashedGaussian(NamedTuple):
         log_prob = Gaussian(self.mean, std).log_prob(z)
         # tanh's Jacobian, in a form that is stable for large |z|: log(1 - tanh(z)^2)
         log_prob -= (2.0 * (jnp.log(2.0) - z - jax.nn.softplus(-2.0 * z))).sum(-1)
-        half_range = (self.high - self.low) / 2.0
-        log_prob -= jnp.log(half_range).sum()
-        return self.low + half_range * (jnp.tanh(z) + 1.0), log_prob
+        log_prob -= jnp.log((self.high - self.low) / 2.0).sum()
+        return squash(z, self.low, self.high), log_prob
 
     def mode(self) -> jax.Array:
         """The squashed mean: the deterministic action."""
-        return self.low + (self.high - self.low) / 2.0 * (jnp.tanh(self.mean) + 1.0)
+        return squash(self.mean, self.low, self.high)
+
+
+def squash(x: jax.Array, low: jax.Array, high: jax.Array) -> jax.Array:
+    """``x`` through ``tanh``, scaled from ``[-1, 1]`` to ``[low, high]``."""
+    return low + (high - low) / 2.0 * (jnp.tanh(x) + 1.0)
 
 
 class SquashedGaussianPolicy(nn.Module):
@@ -535,3 +539,18 @@ class SquashedGaussianPolicy(nn.Module):
         mean, log_std = jnp.split(out, 2, axis=-1)
         log_std = -5.0 + 3.5 * (jnp.tanh(log_std) + 1.0)  # in [-5, 2]
         return SquashedGaussian(mean, log_std, jnp.asarray(self.low), jnp.asarray(self.high))
+
+
+class DeterministicPolicy(nn.Module):
+    """ReLU MLP ``obs -> action`` in ``[low, high]`` (``tanh``, scaled): the actor of
+    TD3 and DDPG."""
+
+    action_dim: int
+    hidden: Sequence[int]
+    low: Sequence[float]
+    high: Sequence[float]
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        out = MLP(self.hidden, self.action_dim, 1.0, nn.relu)(obs)
+        return squash(out, jnp.asarray(self.low), jnp.asarray(self.high))

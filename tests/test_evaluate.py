@@ -167,10 +167,10 @@ def test_an_exported_policy_runs_with_jax_alone(tiny_run: Path, tmp_path: Path) 
     assert modules == "[]"
 
 
-@pytest.mark.parametrize("recipe", ["ppo", "a2c", "impala", "dqn", "sac", "pqn"])
+@pytest.mark.parametrize("recipe", ["ppo", "a2c", "impala", "dqn", "sac", "pqn", "td3"])
 def test_every_recipe_acts_from_its_state(recipe: str) -> None:
     """Greedy actions ignore the key, sampled ones vary with it, and both are actions of the environment."""
-    env_id = "Pendulum-v1" if recipe == "sac" else "CartPole-v1"
+    env_id = "Pendulum-v1" if recipe in ("sac", "td3") else "CartPole-v1"
     algo = jf.recipes.get(recipe).create(env_id, num_envs=4, hidden=(8,))
     state = algo.init(jax.random.PRNGKey(0))
     obs = np.random.default_rng(0).normal(size=(64, *algo.env.observation_space.shape)).astype(np.float32)

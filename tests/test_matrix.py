@@ -25,6 +25,8 @@ SMALL = {
     "impala": ("CartPole-v1", ON_POLICY),
     "dqn": ("CartPole-v1", {**OFF_POLICY, "n_step": 3, "prioritized": True}),
     "sac": ("Pendulum-v1", {**OFF_POLICY, "hidden": (32, 32)}),
+    # random actions for the first 64 steps; one actor (and target) update per iteration of 2 critic updates
+    "td3": ("Pendulum-v1", {**OFF_POLICY, "hidden": (32, 32)}),
     # the multi-agent recipes on JaxMARL's quickest environment to compile (masks, padding and SMAX's global state
     # are test_multi_agent.py's)
     "ippo": (MULTI_AGENT, {**ON_POLICY, "shared_params": False}),  # parameters per agent
