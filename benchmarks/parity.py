@@ -92,6 +92,11 @@ ROWS = (
         "gymnax-blines agents/Pendulum-v1/ppo.pkl, final evaluation"),
     Row("dqn-breakout-minatar", "DQN", "Breakout-MinAtar", dict(total_steps=5_000_000), "none published for JAX",
         "-", seeds=2, accelerator=True),
+    # QR-DQN (a dueling head, 50 quantiles) at its MinAtar defaults: the MinAtar network and DQN's replay and epsilon
+    # schedule of Young & Tian (2019); distributional agents on MinAtar are published as curves only
+    Row("qrdqn-breakout-minatar", "QRDQN", "Breakout-MinAtar", dict(total_steps=5_000_000),
+        "none published as a number (Revisiting Rainbow: curves of C51 and Rainbow, not read off)",
+        "Obando-Ceron & Castro 2021, arXiv 2011.14826", seeds=2, accelerator=True),
     Row("impala-cartpole", "IMPALA", "CartPole-v1", dict(total_steps=1_000_000),
         "none published (PPO: 490.0 +- 6.1 at 5e5, CleanRL)", "cleanrl docs/rl-algorithms/ppo.md"),
     Row("impala-breakout-minatar", "IMPALA", "Breakout-MinAtar", dict(total_steps=10_000_000), "none published",
