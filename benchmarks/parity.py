@@ -92,11 +92,19 @@ ROWS = (
         "gymnax-blines agents/Pendulum-v1/ppo.pkl, final evaluation"),
     Row("dqn-breakout-minatar", "DQN", "Breakout-MinAtar", dict(total_steps=5_000_000), "none published for JAX",
         "-", seeds=2, accelerator=True),
+    # QR-DQN (a dueling head, 50 quantiles) at its MinAtar defaults: the MinAtar network and DQN's replay and epsilon
+    # schedule of Young & Tian (2019); distributional agents on MinAtar are published as curves only
+    Row("qrdqn-breakout-minatar", "QRDQN", "Breakout-MinAtar", dict(total_steps=5_000_000),
+        "none published as a number (Revisiting Rainbow: curves of C51 and Rainbow, not read off)",
+        "Obando-Ceron & Castro 2021, arXiv 2011.14826", seeds=2, accelerator=True),
     Row("impala-cartpole", "IMPALA", "CartPole-v1", dict(total_steps=1_000_000),
         "none published (PPO: 490.0 +- 6.1 at 5e5, CleanRL)", "cleanrl docs/rl-algorithms/ppo.md"),
     Row("impala-breakout-minatar", "IMPALA", "Breakout-MinAtar", dict(total_steps=10_000_000), "none published",
         "-", seeds=2, accelerator=True),
     Row("sac-pendulum", "SAC", "Pendulum-v1", dict(total_steps=20_000), "-157.0 +- 88.7 at 2e4 (one agent)",
+        "rl-baselines3-zoo benchmark.md"),
+    # the zoo's td3.yml (gamma 0.98, Adam 1e-3, 1e4 random steps first); its 400x300 networks 64x64 here, as SAC's
+    Row("td3-pendulum", "TD3", "Pendulum-v1", dict(total_steps=20_000), "-151.9 +- 90.2 at 2e4 (one agent)",
         "rl-baselines3-zoo benchmark.md"),
     Row("ppo-brax-ant", "PPO", "brax:ant",
         dict(BRAX_PPO, num_envs=4096, num_steps=80, num_epochs=4, gamma=0.97, ent_coef=1e-2, total_steps=50_000_000),

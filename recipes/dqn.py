@@ -81,35 +81,60 @@ class DQN(OffPolicyRecipe):
     def init_learner(self, key: jax.Array, obs: jax.Array, policy: PyTree) -> DQNLearner:
         return DQNLearner(policy, self.optimizer().init(policy), jnp.int32(0))
 
+    def values(self, params: PyTree, obs: jax.Array, key: jax.Array | None = None) -> jax.Array:
+        """The network's output on observations ``[B, ...]``: ``[B, actions, ...]`` (here
+        Q-values ``[B, actions]``); ``key`` draws the noise of a noisy network, and
+        without one it acts on its mean weights (this network has none)."""
+        return self.network.apply(params, obs)
+
+    def q_values(self, values: jax.Array) -> jax.Array:
+        """The Q-values ``[B, actions]`` of ``values``' outputs (here themselves)."""
+        return values
+
+    def sample_loss(self, chosen: jax.Array, target: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Each sample's loss and new priority, from the outputs of the actions taken
+        (``values`` of them, ``[B, ...]``) and their targets: here the TD loss and the
+        absolute TD error."""
+        td = chosen - target
+        return TD_LOSSES[self.td_loss](td), jnp.abs(td)
+
     def greedy_action(self, policy: PyTree, obs: jax.Array) -> jax.Array:
-        return self.network.apply(policy, obs).argmax(-1)
+        return self.q_values(self.values(policy, obs)).argmax(-1)
 
     def act(self, policy: PyTree, obs: jax.Array, key: jax.Array, steps: jax.Array) -> tuple[jax.Array, jax.Array]:
         k_explore, k_random = jax.random.split(key)
-        greedy = self.greedy_action(policy, obs)
+        greedy = self.q_values(self.values(policy, obs, jax.random.fold_in(key, 1))).argmax(-1)
         random = jax.random.randint(k_random, greedy.shape, 0, self.env.action_space.n)
         action = jnp.where(jax.random.uniform(k_explore, greedy.shape) < self.epsilon(steps), random, greedy)
         return action, action
 
     def update(self, policy: PyTree, learner: DQNLearner, drawn: replay.Sample,
                key: jax.Array) -> tuple[PyTree, DQNLearner, jax.Array, Metrics]:
+        k_online, k_next, k_target = jax.random.split(key, 3)  # the noise of a noisy network's three passes
         steps = drawn.items
         returns, discount, bootstrap_obs = self.n_step_targets(steps)
-        next_target = self.network.apply(learner.target, bootstrap_obs)
-        chooser = self.network.apply(policy, bootstrap_obs) if self.double else next_target
-        next_value = jnp.take_along_axis(next_target, chooser.argmax(-1)[:, None], axis=-1)[:, 0]
-        target = jax.lax.stop_gradient(returns + discount * next_value)
+        next_target = self.values(learner.target, bootstrap_obs, k_target)
+        chooser = self.values(policy, bootstrap_obs, k_next) if self.double else next_target
+        next_value = taken(next_target, self.q_values(chooser).argmax(-1))
+        at = (-1, *[1] * (next_value.ndim - 1))
+        target = jax.lax.stop_gradient(returns.reshape(at) + discount.reshape(at) * next_value)
 
         def loss(params: PyTree) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-            q = self.network.apply(params, steps.obs[:, 0])
-            chosen = jnp.take_along_axis(q, steps.action[:, 0, None].astype(jnp.int32), axis=-1)[:, 0]
-            td = chosen - target
-            return (drawn.weight * TD_LOSSES[self.td_loss](td)).mean(), (td, chosen)
+            chosen = taken(self.values(params, steps.obs[:, 0], k_online), steps.action[:, 0])
+            per_sample, priority = self.sample_loss(chosen, target)
+            return (drawn.weight * per_sample).mean(), (priority, chosen)
 
-        (value, (td, chosen)), grads = jax.value_and_grad(loss, has_aux=True)(policy)
+        (value, (priority, chosen)), grads = jax.value_and_grad(loss, has_aux=True)(policy)
         updates, opt_state = self.optimizer().update(grads, learner.opt_state, policy)
         policy = optax.apply_updates(policy, updates)
         done = learner.updates + 1
         target_params = polyak(policy, learner.target, self.tau, done % self.target_every == 0)
-        metrics = {"loss": value, "q": chosen.mean(), "td_abs": jnp.abs(td).mean()}
-        return policy, DQNLearner(target_params, opt_state, done), jnp.abs(td), metrics
+        mean = lambda x: x.reshape(x.shape[0], -1).mean(-1)  # noqa: E731  the expected value of a distribution's atoms
+        metrics = {"loss": value, "q": chosen.mean(), "td_abs": jnp.abs(mean(chosen) - mean(target)).mean()}
+        return policy, DQNLearner(target_params, opt_state, done), priority, metrics
+
+
+def taken(values: jax.Array, action: jax.Array) -> jax.Array:
+    """The outputs ``[B, ...]`` of the actions ``action`` ``[B]`` among ``values`` ``[B, actions, ...]``."""
+    index = action.astype(jnp.int32).reshape(-1, *[1] * (values.ndim - 1))
+    return jnp.take_along_axis(values, index, axis=1)[:, 0]

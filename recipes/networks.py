@@ -511,13 +511,17 @@ class SquashedGaussian(NamedTuple):
         log_prob = Gaussian(self.mean, std).log_prob(z)
         # tanh's Jacobian, in a form that is stable for large |z|: log(1 - tanh(z)^2)
         log_prob -= (2.0 * (jnp.log(2.0) - z - jax.nn.softplus(-2.0 * z))).sum(-1)
-        half_range = (self.high - self.low) / 2.0
-        log_prob -= jnp.log(half_range).sum()
-        return self.low + half_range * (jnp.tanh(z) + 1.0), log_prob
+        log_prob -= jnp.log((self.high - self.low) / 2.0).sum()
+        return squash(z, self.low, self.high), log_prob
 
     def mode(self) -> jax.Array:
         """The squashed mean: the deterministic action."""
-        return self.low + (self.high - self.low) / 2.0 * (jnp.tanh(self.mean) + 1.0)
+        return squash(self.mean, self.low, self.high)
+
+
+def squash(x: jax.Array, low: jax.Array, high: jax.Array) -> jax.Array:
+    """``x`` through ``tanh``, scaled from ``[-1, 1]`` to ``[low, high]``."""
+    return low + (high - low) / 2.0 * (jnp.tanh(x) + 1.0)
 
 
 class SquashedGaussianPolicy(nn.Module):
@@ -535,3 +539,90 @@ class SquashedGaussianPolicy(nn.Module):
         mean, log_std = jnp.split(out, 2, axis=-1)
         log_std = -5.0 + 3.5 * (jnp.tanh(log_std) + 1.0)  # in [-5, 2]
         return SquashedGaussian(mean, log_std, jnp.asarray(self.low), jnp.asarray(self.high))
+
+
+class DeterministicPolicy(nn.Module):
+    """ReLU MLP ``obs -> action`` in ``[low, high]`` (``tanh``, scaled): the actor of
+    TD3 and DDPG."""
+
+    action_dim: int
+    hidden: Sequence[int]
+    low: Sequence[float]
+    high: Sequence[float]
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        out = MLP(self.hidden, self.action_dim, 1.0, nn.relu)(obs)
+        return squash(out, jnp.asarray(self.low), jnp.asarray(self.high))
+
+
+def _uniform(bound: float) -> Callable[..., jax.Array]:
+    """An initialiser uniform in ``[-bound, bound)``."""
+    def initializer(key: jax.Array, shape: Sequence[int], dtype: jnp.dtype = jnp.float32) -> jax.Array:
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return initializer
+
+
+class NoisyDense(nn.Module):
+    """A dense layer with factorised Gaussian noise on its weights (NoisyNet; Fortunato et
+    al. 2018): ``y = x (mu_w + sigma_w * f(e_in) f(e_out)^T) + mu_b + sigma_b * f(e_out)``,
+    ``f(e) = sign(e) sqrt(|e|)``, ``e`` standard normal, one draw for the whole batch
+    from the ``noise`` RNG stream; without that stream, the mean weights (``mu``). The
+    means start uniform in ``+-1/sqrt(inputs)``, the scales at ``sigma0 / sqrt(inputs)``
+    (``sigma0`` given at initialisation; a traced hyperparameter)."""
+
+    features: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array, sigma0: jax.Array | float = 0.5) -> jax.Array:
+        inputs = x.shape[-1]
+        bound = 1.0 / np.sqrt(inputs)
+        mu_w = self.param("mu_kernel", _uniform(bound), (inputs, self.features))
+        mu_b = self.param("mu_bias", _uniform(bound), (self.features,))
+        scale = lambda key, shape: jnp.full(shape, sigma0 * bound, jnp.float32)  # noqa: E731
+        sigma_w = self.param("sigma_kernel", scale, (inputs, self.features))
+        sigma_b = self.param("sigma_bias", scale, (self.features,))
+        if not self.has_rng("noise"):
+            return x @ mu_w + mu_b
+        k_in, k_out = jax.random.split(self.make_rng("noise"))
+        f = lambda e: jnp.sign(e) * jnp.sqrt(jnp.abs(e))  # noqa: E731
+        e_in, e_out = f(jax.random.normal(k_in, (inputs,))), f(jax.random.normal(k_out, (self.features,)))
+        return x @ (mu_w + sigma_w * jnp.outer(e_in, e_out)) + mu_b + sigma_b * e_out
+
+
+class DuelingQ(nn.Module):
+    """ReLU network ``obs -> [B, actions, atoms]``: ``atoms`` outputs per action (a
+    distribution's quantiles or atoms; 1 for plain Q-values). With ``dueling`` (Wang et
+    al. 2016), the hidden layers but the last are a shared torso, and a value stream and
+    an advantage stream, each a layer of the last width, give ``V + A - mean_a A``; with
+    ``noisy``, every fully connected layer is a ``NoisyDense``; with ``conv``, image
+    observations ``[N, H, W, C]`` first go through a 3x3 convolution of 16 channels and a
+    ReLU (the MinAtar network's, as ``MLP``'s ``conv``), never noisy. ``sigma0`` is the
+    noisy layers' initial noise scale."""
+
+    action_dim: int
+    hidden: Sequence[int]
+    atoms: int = 1
+    dueling: bool = True
+    noisy: bool = False
+    conv: bool = False
+
+    @nn.compact
+    def __call__(self, x: jax.Array, sigma0: jax.Array | float = 0.5) -> jax.Array:
+        def dense(features: int, scale: float = np.sqrt(2)) -> Callable[[jax.Array], jax.Array]:
+            if self.noisy:
+                return lambda y: NoisyDense(features)(y, sigma0)
+            return _dense(features, scale)
+
+        if self.conv:
+            x = nn.relu(_dense(16, name="conv")(patches(x)))
+        x = x.reshape(x.shape[0], -1)
+        for width in self.hidden[:-1] if self.dueling else self.hidden:
+            x = nn.relu(dense(width)(x))
+        if not self.dueling:
+            return dense(self.action_dim * self.atoms, 1.0)(x).reshape(-1, self.action_dim, self.atoms)
+        value = dense(self.atoms, 1.0)(nn.relu(dense(self.hidden[-1])(x)))
+        advantage = dense(self.action_dim * self.atoms, 1.0)(nn.relu(dense(self.hidden[-1])(x)))
+        advantage = advantage.reshape(-1, self.action_dim, self.atoms)
+        return value[:, None] + advantage - advantage.mean(1, keepdims=True)

@@ -52,6 +52,12 @@ CASES = [
     (["train", "dqn", "--env", "CartPole-v1", "--epsilon-end", "2"], ["epsilon_end=2", "[0, 1]"]),
     (["train", "dqn", "--env", "CartPole-v1", "--learning-starts", "-1"], ["learning_starts=-1", "between 0"]),
     (["train", "sac", "--env", "Pendulum-v1", "--init-temperature", "0"], ["init_temperature=0", "positive"]),
+    (["train", "td3", "--env", "CartPole-v1"], ["env='CartPole-v1'", "TD3 supports continuous actions only"]),
+    (["train", "td3", "--env", "Pendulum-v1", "--policy-noise", "-0.2"], ["policy_noise=-0.2", "zero or positive"]),
+    (["train", "td3", "--env", "Pendulum-v1", "--policy-delay", "0"], ["policy_delay=0", "positive"]),
+    (["train", "qrdqn", "--env", "Pendulum-v1"], ["env='Pendulum-v1'", "QRDQN supports discrete actions only"]),
+    (["train", "qrdqn", "--env", "CartPole-v1", "--quantiles", "0"], ["quantiles=0", "positive"]),
+    (["train", "qrdqn", "--env", "CartPole-v1", "--kappa", "0"], ["kappa=0", "positive"]),
     (["train", "a2c", "--env", "CartPole-v1", "--num-minibatches", "3"], ["num_minibatches=3", "choose one of"]),
     # actor boosting
     ([*TRAIN, "--boost", "turbo"], ["--boost", "invalid choice: 'turbo'", "nitro"]),

@@ -167,10 +167,10 @@ def test_an_exported_policy_runs_with_jax_alone(tiny_run: Path, tmp_path: Path) 
     assert modules == "[]"
 
 
-@pytest.mark.parametrize("recipe", ["ppo", "a2c", "impala", "dqn", "sac", "pqn"])
+@pytest.mark.parametrize("recipe", ["ppo", "a2c", "impala", "dqn", "sac", "pqn", "td3", "qrdqn"])
 def test_every_recipe_acts_from_its_state(recipe: str) -> None:
     """Greedy actions ignore the key, sampled ones vary with it, and both are actions of the environment."""
-    env_id = "Pendulum-v1" if recipe == "sac" else "CartPole-v1"
+    env_id = "Pendulum-v1" if recipe in ("sac", "td3") else "CartPole-v1"
     algo = jf.recipes.get(recipe).create(env_id, num_envs=4, hidden=(8,))
     state = algo.init(jax.random.PRNGKey(0))
     obs = np.random.default_rng(0).normal(size=(64, *algo.env.observation_space.shape)).astype(np.float32)
@@ -184,7 +184,7 @@ def test_every_recipe_acts_from_its_state(recipe: str) -> None:
             assert action.shape == (64, *space.shape) and (action >= space.low).all() and (action <= space.high).all()
         else:
             assert action.shape == (64,) and ((action >= 0) & (action < space.n)).all()
-    if recipe not in ("dqn", "pqn"):  # epsilon-greedy at epsilon_end rarely explores 64 observations at all
+    if recipe not in ("dqn", "pqn", "qrdqn"):  # epsilon-greedy at epsilon_end rarely explores 64 observations at all
         assert not np.array_equal(sample(obs, keys[0]), sample(obs, keys[1]))
 
 

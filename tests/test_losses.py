@@ -1,6 +1,7 @@
 """PPO's value clipping: with ``clip_value`` the value may move at most ``clip_eps`` from
 the rollout's per iteration (a value already that far gets no gradient toward its target);
-without it the value loss is the plain squared error, whatever the distance."""
+without it the value loss is the plain squared error, whatever the distance. QR-DQN's
+quantile Huber loss, term by term, and its network's noisy layers."""
 
 from __future__ import annotations
 
@@ -31,3 +32,35 @@ def test_value_clipping_bounds_the_values_move(clip_value: bool) -> None:
     expected = np.mean((clipped - target) ** 2) / 2 if clip_value else 12.5
     np.testing.assert_allclose(metrics["value_loss"], expected, rtol=1e-5)
     assert bool(jnp.any(value_grads != 0)) != clip_value
+
+
+def test_the_quantile_huber_loss_is_the_papers_sum_over_pairs() -> None:
+    """Dabney et al. (2018), eq. 10 with kappa: for predicted quantiles theta_i at the
+    midpoints tau_i and targets T_j, sum_i mean_j |tau_i - 1{u < 0}| L_kappa(u) / kappa,
+    u = T_j - theta_i; checked against a loop over the pairs."""
+    algo = jf.recipes.QRDQN.create("CartPole-v1", quantiles=4, kappa=0.5)
+    rng = np.random.default_rng(0)
+    chosen, target = rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=(3, 4)).astype(np.float32)
+    loss, priority = algo.sample_loss(jnp.asarray(chosen), jnp.asarray(target))
+    tau = (np.arange(4) + 0.5) / 4
+    for b in range(3):
+        total = 0.0
+        for i in range(4):
+            for j in range(4):
+                u = target[b, j] - chosen[b, i]
+                huber = 0.5 * u**2 if abs(u) <= 0.5 else 0.5 * (abs(u) - 0.25)
+                total += abs(tau[i] - (u < 0)) * huber / 0.5 / 4
+        np.testing.assert_allclose(loss[b], total, rtol=1e-5)
+    np.testing.assert_allclose(priority, loss)
+
+
+def test_noisy_layers_act_on_their_means_without_noise_and_on_one_draw_per_key() -> None:
+    algo = jf.recipes.QRDQN.create("CartPole-v1", quantiles=5, noisy=True, hidden=(16, 16))
+    obs = jax.random.normal(jax.random.PRNGKey(1), (6, 4))
+    params = algo.init_policy(jax.random.PRNGKey(0), obs)
+    mean = algo.values(params, obs)
+    assert mean.shape == (6, 2, 5)
+    np.testing.assert_array_equal(mean, algo.values(params, obs))  # no key: the mean weights, every time
+    one, other = (algo.values(params, obs, jax.random.PRNGKey(k)) for k in (2, 3))
+    assert not np.allclose(one, mean) and not np.allclose(one, other)
+    np.testing.assert_array_equal(one, algo.values(params, obs, jax.random.PRNGKey(2)))

@@ -24,7 +24,12 @@ SMALL = {
     "a2c": ("CartPole-v1", ON_POLICY),
     "impala": ("CartPole-v1", ON_POLICY),
     "dqn": ("CartPole-v1", {**OFF_POLICY, "n_step": 3, "prioritized": True}),
+    # noisy layers (their noise drawn from replicated keys: the same on every device) and a dueling head of 8 quantiles
+    "qrdqn": ("CartPole-v1", {**OFF_POLICY, "n_step": 3, "prioritized": True, "noisy": True, "quantiles": 8,
+                              "hidden": (32, 32)}),
     "sac": ("Pendulum-v1", {**OFF_POLICY, "hidden": (32, 32)}),
+    # random actions for the first 64 steps; one actor (and target) update per iteration of 2 critic updates
+    "td3": ("Pendulum-v1", {**OFF_POLICY, "hidden": (32, 32)}),
     # the multi-agent recipes on JaxMARL's quickest environment to compile (masks, padding and SMAX's global state
     # are test_multi_agent.py's)
     "ippo": (MULTI_AGENT, {**ON_POLICY, "shared_params": False}),  # parameters per agent
