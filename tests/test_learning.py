@@ -67,6 +67,7 @@ def test_cartpole_at_the_recipes_defaults_reaches_the_threshold(recipe: str, bud
 
 
 @pytest.mark.learning
+@pytest.mark.long  # three seeds of a program that compiles slowly: minutes on 2 cores
 def test_qrdqn_cartpole_reaches_400_within_1e5_steps() -> None:
     """QR-DQN at its CartPole defaults (DQN's, with 50 quantiles and a dueling head) for half
     DQN's budget, seeds 0-2 as one population: the median seed's mean return over its last
