@@ -35,6 +35,7 @@ import math
 import os
 import socket
 import sys
+import tempfile
 from typing import Any, NoReturn
 
 import numpy as np
@@ -83,6 +84,19 @@ def _check_address(address: str) -> None:
                                           "started for the run") from None
 
 
+UNIX_SOCKET_PATH_MAX = 107  # bytes in an AF_UNIX socket's path (Linux's sun_path less its end)
+RAY_SOCKET_SUFFIX = len("/ray/session_2026-12-06_05-45-09_605216_4194304/sockets/plasma_store")
+
+
+def local_temp_dir() -> str | None:
+    """The folder a local Ray keeps its sessions in: Ray's own (``$TMPDIR/ray``), or, where
+    ``$TMPDIR`` is too deep for its sockets' paths to fit ``UNIX_SOCKET_PATH_MAX``, a
+    folder of this user's under ``/tmp``."""
+    if len(tempfile.gettempdir()) + RAY_SOCKET_SUFFIX <= UNIX_SOCKET_PATH_MAX:
+        return None
+    return f"/tmp/ray-{os.getuid()}"
+
+
 def connect(address: str, cpus: float) -> None:
     """Connect this process to the cluster at ``cluster_address(address)``, or start a
     local Ray with at least ``cpus`` CPUs (stopped by ``disconnect``); nothing where
@@ -104,7 +118,8 @@ def connect(address: str, cpus: float) -> None:
             except ConnectionError as error:
                 raise ConfigError("env_address", address, f"Ray could not connect: {error}") from None
             return
-        ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(cpus)), include_dashboard=False, **quiet)
+        ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(cpus)), include_dashboard=False,
+                 _temp_dir=local_temp_dir(), **quiet)
     _STARTED.append(True)
 
 

@@ -9,6 +9,7 @@ goes on."""
 from __future__ import annotations
 
 import csv
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from processes import wait_for
 from ray.cluster_utils import Cluster
 
 import jaxrl_frag as jf
-from jaxrl_frag.envs.host_ray import RayPool
+from jaxrl_frag.envs.host_ray import RAY_SOCKET_SUFFIX, UNIX_SOCKET_PATH_MAX, RayPool
 
 CARTPOLE = "gymnasium:CartPole-v1"
 SMALL = dict(num_envs=8, num_steps=16, total_steps=8 * 16 * 4, num_minibatches=4)  # 4 iterations, as test_host_envs'
@@ -137,6 +138,22 @@ def test_without_ray_the_backend_is_refused_with_the_install_command(tmp_path: P
         "jaxrl-frag: error: env_backend='ray': needs Ray, which is not installed: install it with pip install "
         "'jaxrl_frag[ray]', or choose processes (worker processes on this machine)")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_local_ray_starts_where_tmpdir_is_too_deep_for_its_sockets(tmp_path: Path) -> None:
+    """Without an address the run starts its own Ray, whose socket paths live under
+    ``$TMPDIR``: a ``$TMPDIR`` deeper than a Unix socket's path allows (as under
+    pytest's ``tmp_path`` on CI) still trains, its sessions kept under ``/tmp``."""
+    deep = tmp_path / ("d" * 60) / "tmp"
+    deep.mkdir(parents=True)
+    assert len(str(deep)) + RAY_SOCKET_SUFFIX > UNIX_SOCKET_PATH_MAX
+    env = {**os.environ, "TMPDIR": str(deep), "JAXRL_FRAG_MAX_STEPS": "1024"}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-m", "jaxrl_frag", "train", "ppo", "--env", CARTPOLE,
+                           "--num-envs", "8", "--env-workers", "2", "--env-backend", "ray",
+                           "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "trained to 1,024 steps" in done.stdout
 
 
 @pytest.mark.learning
