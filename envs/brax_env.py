@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import importlib
 import io
 import re
@@ -26,7 +25,8 @@ import numpy as np
 from flax import struct
 
 from jaxrl_frag.envs.core import Box, Env, PyTree, TimeStep
-from jaxrl_frag.errors import ConfigError, check
+from jaxrl_frag.envs.family import unknown_id
+from jaxrl_frag.errors import check
 
 PREFIX = "brax:"
 # the physics environments of brax 0.14 (``brax.envs``' registry less its test environment "fast")
@@ -102,9 +102,7 @@ class BraxEnv(Env):
         """
         short = name.removeprefix(PREFIX)
         if short not in NAMES:
-            close = difflib.get_close_matches(name, ids(), n=3)
-            hint = f"did you mean {', '.join(close)}? " if close else ""
-            raise ConfigError("env", name, f"unknown Brax environment; {hint}the Brax ids are {', '.join(ids())}")
+            raise unknown_id(name, "Brax", ids())
         check(backend in BACKENDS, "backend", backend, f"unknown Brax physics backend; choose one of {', '.join(BACKENDS)}")
         for field, value in (("episode_length", episode_length), ("action_repeat", action_repeat)):
             check(isinstance(value, int | np.integer) and value > 0, field, value, "must be a positive integer")

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
-import importlib
 import io
 from typing import Any
 
@@ -34,7 +32,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl_frag.envs.core import Box, Capabilities, Discrete, Env, PyTree, TimeStep
-from jaxrl_frag.errors import ConfigError, check
+from jaxrl_frag.envs.family import check_parameters, package_module, unknown_id
 
 PREFIX = "craftax:"
 INSTALL = "pip install 'jaxrl-frag[craftax]'"
@@ -56,17 +54,6 @@ def make(env_id: str, num_envs: int | None, **options: Any) -> Env:
     ``envs.make`` batches (``num_envs``) and wraps."""
     del num_envs
     return CraftaxEnv.make(env_id, **options)
-
-
-def _module(name: str, env_id: str) -> Any:
-    """Craftax's module ``name``; ``ConfigError`` naming ``env_id`` and the install command where
-    craftax is not installed."""
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as error:
-        if error.name is None or error.name.split(".")[0] != "craftax":
-            raise
-        raise ConfigError("env", env_id, f"needs the craftax package, which is not installed: {INSTALL}") from None
 
 
 @struct.dataclass
@@ -101,18 +88,12 @@ class CraftaxEnv(Env):
         """
         short = name.removeprefix(PREFIX)
         if short not in GAMES:
-            close = difflib.get_close_matches(name, ids(), n=3)
-            hint = f"did you mean {', '.join(close)}? " if close else ""
-            raise ConfigError("env", name, f"unknown Craftax environment; {hint}the Craftax ids are {', '.join(ids())} "
-                                           f"(symbolic observations; the craftax package: {INSTALL})")
+            raise unknown_id(name, "Craftax", ids(), f" (symbolic observations; the craftax package: {INSTALL})")
         game, class_name = GAMES[short]
-        module = _module(f"{game}.envs.craftax_symbolic_env", name)
+        module = package_module(f"{game}.envs.craftax_symbolic_env", name, INSTALL)
         env = getattr(module, class_name)()
         params = env.default_params
-        known = [f.name for f in dataclasses.fields(params)]
-        unknown = sorted(set(options) - set(known))
-        check(not unknown, "env", name, lambda: f"Craftax's parameters have no {', '.join(unknown)}; they are "
-                                                f"{', '.join(known)}")
+        check_parameters(name, "Craftax", options, [f.name for f in dataclasses.fields(params)])
         return cls(name, tuple(sorted(options.items())), game, env, params.replace(**options))
 
     @property
@@ -155,8 +136,8 @@ class CraftaxEnv(Env):
         ``states`` (one environment's, stacked ``[T, ...]``), with Craftax's textures at
         16 pixels a block: ``uint8 [T, H, W, 3]``."""
         with contextlib.redirect_stdout(io.StringIO()):  # Craftax prints where its textures come from
-            renderer = _module(f"{self.game}.renderer", self.name)
-            size = _module(f"{self.game}.constants", self.name).BLOCK_PIXEL_SIZE_IMG
+            renderer = package_module(f"{self.game}.renderer", self.name, INSTALL)
+            size = package_module(f"{self.game}.constants", self.name, INSTALL).BLOCK_PIXEL_SIZE_IMG
             draw = renderer.make_craftax_pixel_renderer(size)
         pixels = jax.jit(jax.vmap(draw))(states.inner)
         return np.asarray(jnp.clip(pixels, 0, 255)).astype(np.uint8)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import difflib
 import importlib
 import mmap
 import os
@@ -50,7 +49,7 @@ import numpy as np
 
 from jaxrl_frag.envs import host_worker
 from jaxrl_frag.envs.host_worker import Envs, Episodes
-from jaxrl_frag.errors import ConfigError, check
+from jaxrl_frag.errors import ConfigError, check, did_you_mean
 
 T = TypeVar("T")
 
@@ -85,8 +84,7 @@ def rom_id(game: str) -> str:
     rom = re.sub(r"(?<!^)(?=[A-Z])", "_", game).lower()
     known = roms.get_all_rom_ids()
     if rom not in known:
-        close = difflib.get_close_matches(rom, known, n=3)
-        hint = f"did you mean {', '.join('ale:' + _game(c) for c in close)}? " if close else ""
+        hint = did_you_mean(rom, known, lambda c: "ale:" + _game(c))
         raise ConfigError("env", f"ale:{game}", f"no such Atari game; {hint}games: {', '.join(map(_game, known))}")
     return rom
 
@@ -106,8 +104,7 @@ def worker_id(env_id: str) -> str:
     import gymnasium
 
     if name not in gymnasium.registry:
-        close = difflib.get_close_matches(name, list(gymnasium.registry), n=3)
-        hint = f"did you mean {', '.join('gymnasium:' + c for c in close)}? " if close else ""
+        hint = did_you_mean(name, gymnasium.registry, lambda c: "gymnasium:" + c)
         raise ConfigError("env", env_id, f"no such Gymnasium environment; {hint}see gymnasium.registry")
     return env_id
 

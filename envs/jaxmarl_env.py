@@ -24,7 +24,6 @@ made without JaxMARL's auto-reset, which this adapter does itself.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import io
 import sys
@@ -37,7 +36,7 @@ from flax import struct
 
 from jaxrl_frag.envs.core import AgentObs, Box, Discrete, Env, PyTree, Space, TimeStep
 from jaxrl_frag.envs.wrappers import VecEnv
-from jaxrl_frag.errors import ConfigError, check
+from jaxrl_frag.errors import ConfigError, check, did_you_mean
 
 PREFIX = "jaxmarl:"
 SMAX = "SMAX_"
@@ -158,9 +157,7 @@ class JaxMarlEnv(Env):
                 options = {**options, "auto_reset": False}
             inner = jaxmarl.make(short, **options)
         else:
-            close = difflib.get_close_matches(name, ids(), n=3)
-            hint = f"did you mean {', '.join(close)}? " if close else ""
-            raise ConfigError("env", name, f"unknown JaxMARL environment; {hint}JaxMARL's names are "
+            raise ConfigError("env", name, f"unknown JaxMARL environment; {did_you_mean(name, ids())}JaxMARL's names are "
                                            f"{', '.join(PREFIX + n for n in _families())}, and SMAX scenarios "
                                            f"{PREFIX}{SMAX}<scenario> for {', '.join(_smax_scenarios())}")
         env = cls(name, tuple(sorted(options.items())), inner, smax)

@@ -21,8 +21,7 @@ made.
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import functools
+import importlib
 from typing import Any
 
 import jax
@@ -30,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_frag.envs.core import Box, Capabilities, Discrete, Env, PyTree, TimeStep
+from jaxrl_frag.envs.family import package_module, unknown_id
 from jaxrl_frag.errors import ConfigError, check
 
 PREFIX = "navix:"
@@ -37,26 +37,9 @@ INSTALL = "pip install 'jaxrl-frag[navix]'"
 FRAME_SECONDS = 0.2
 
 
-@functools.cache
-def _navix() -> Any:
-    import navix
-
-    return navix
-
-
-def _installed(env_id: str) -> Any:
-    """The ``navix`` module; ``ConfigError`` naming ``env_id`` and the install command where it is missing."""
-    try:
-        return _navix()
-    except ModuleNotFoundError as error:
-        if error.name != "navix":
-            raise
-        raise ConfigError("env", env_id, f"needs the navix package, which is not installed: {INSTALL}") from None
-
-
 def ids() -> list[str]:
     """Every id this family serves (Navix's registry)."""
-    return [PREFIX + name for name in sorted(_navix().registry())]
+    return [PREFIX + name for name in sorted(importlib.import_module("navix").registry())]
 
 
 def make(env_id: str, num_envs: int | None, **options: Any) -> Env:
@@ -88,12 +71,10 @@ class NavixEnv(Env):
                 refuses, a non-positive ``max_steps``, or navix not installed (with the
                 command that installs it).
         """
-        navix = _installed(name)
+        navix = package_module("navix", name, INSTALL)
         short = name.removeprefix(PREFIX)
         if short not in navix.registry():
-            close = difflib.get_close_matches(name, ids(), n=3)
-            hint = f"did you mean {', '.join(close)}? " if close else ""
-            raise ConfigError("env", name, f"unknown Navix environment; {hint}the Navix ids are {', '.join(ids())}")
+            raise unknown_id(name, "Navix", ids())
         steps = options.get("max_steps", 100)
         check(isinstance(steps, int | np.integer) and steps > 0, "max_steps", steps, "must be a positive integer")
         try:
@@ -144,5 +125,5 @@ class NavixEnv(Env):
     def render(self, states: PyTree) -> np.ndarray:
         """The whole grid of each of ``states`` (one environment's, stacked ``[T, ...]``) with
         Navix's sprites: ``uint8 [T, H, W, 3]``."""
-        rgb = _navix().observations.rgb
+        rgb = importlib.import_module("navix").observations.rgb
         return np.asarray(jax.jit(jax.vmap(lambda timestep: rgb(timestep.state)))(states))

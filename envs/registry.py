@@ -17,7 +17,6 @@ the environment observing only those entries of its observations (``ObservationM
 
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib.metadata
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from jaxrl_frag.envs.core import Env
 from jaxrl_frag.envs.gymnax_env import GymnaxEnv
 from jaxrl_frag.envs.host_env import PREFIXES, HostEnv, is_host
 from jaxrl_frag.envs.wrappers import OBS_MASK, EpisodeStatistics, NormalizeObservation, ObservationMask, ScaleReward, VecEnv
-from jaxrl_frag.errors import ConfigError, check
+from jaxrl_frag.errors import ConfigError, check, did_you_mean
 from jaxrl_frag.plugins import declared, describe_entry_point, load_plugin
 
 _REGISTERED: dict[str, Callable[..., Env]] = {}
@@ -192,9 +191,7 @@ def make(
         env = _from_plugin(plugin, name, num_envs, kwargs)
     else:
         known = [*available(), *(f"{prefix}<id>" for prefix in plugin_families())]
-        close = difflib.get_close_matches(name, known, n=3)
-        hint = f"did you mean {', '.join(close)}? " if close else ""
-        raise ConfigError("env", name, f"unknown environment; {hint}available: {', '.join(known)}, "
+        raise ConfigError("env", name, f"unknown environment; {did_you_mean(name, known)}available: {', '.join(known)}, "
                                       "and host environments gymnasium:<Gymnasium id> and ale:<Atari game>")
     if keep is not None:
         env = _masked(env, full, keep)

@@ -21,8 +21,7 @@ made.
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import functools
+import importlib
 from typing import Any
 
 import jax
@@ -30,33 +29,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_frag.envs.core import Box, Capabilities, Discrete, Env, PyTree, TimeStep
-from jaxrl_frag.errors import ConfigError, check
+from jaxrl_frag.envs.family import check_parameters, package_module, unknown_id
+from jaxrl_frag.errors import check
 
 PREFIX = "xminigrid:"
 INSTALL = "pip install 'jaxrl-frag[xminigrid]'"
 FRAME_SECONDS = 0.2
 
 
-@functools.cache
-def _xminigrid() -> Any:
-    import xminigrid
-
-    return xminigrid
-
-
-def _installed(env_id: str) -> Any:
-    """The ``xminigrid`` module; ``ConfigError`` naming ``env_id`` and the install command where it is missing."""
-    try:
-        return _xminigrid()
-    except ModuleNotFoundError as error:
-        if error.name != "xminigrid":
-            raise
-        raise ConfigError("env", env_id, f"needs the xminigrid package, which is not installed: {INSTALL}") from None
-
-
 def ids() -> list[str]:
     """Every id this family serves (the ``MiniGrid-*`` names of XLand-MiniGrid's registry)."""
-    return [PREFIX + name for name in _xminigrid().registered_environments() if name.startswith("MiniGrid-")]
+    names = importlib.import_module("xminigrid").registered_environments()
+    return [PREFIX + name for name in names if name.startswith("MiniGrid-")]
 
 
 def make(env_id: str, num_envs: int | None, **options: Any) -> Env:
@@ -89,18 +73,13 @@ class XMiniGridEnv(Env):
                 parameters do not have, a non-positive ``max_steps``, or xminigrid not
                 installed (with the command that installs it).
         """
-        xminigrid = _installed(name)
+        xminigrid = package_module("xminigrid", name, INSTALL)
         short = name.removeprefix(PREFIX)
         if PREFIX + short not in ids():
-            close = difflib.get_close_matches(name, ids(), n=3)
-            hint = f"did you mean {', '.join(close)}? " if close else ""
-            raise ConfigError("env", name, f"unknown XLand-MiniGrid environment; {hint}the XLand-MiniGrid ids are "
-                                           f"{', '.join(ids())}")
+            raise unknown_id(name, "XLand-MiniGrid", ids())
         env, params = xminigrid.make(short)
-        known = [f.name for f in dataclasses.fields(params) if f.name != "render_mode"]
-        unknown = sorted(set(options) - set(known))
-        check(not unknown, "env", name, lambda: f"XLand-MiniGrid's parameters have no {', '.join(unknown)}; they are "
-                                                f"{', '.join(known)}")
+        check_parameters(name, "XLand-MiniGrid", options, [f.name for f in dataclasses.fields(params)
+                                                           if f.name != "render_mode"])
         steps = options.get("max_steps", params.max_steps)
         check(isinstance(steps, int | np.integer) and steps > 0, "max_steps", steps, "must be a positive integer")
         return cls(name, tuple(sorted(options.items())), env, params.replace(**options))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+from collections.abc import Callable, Iterable
 from typing import Any
 
 USAGE_ERROR = 2  # a setting that cannot work, or the parser's own errors
@@ -28,6 +29,13 @@ def check(condition: bool, field: str, value: Any, fix: str | Callable[[], str])
     ``fix`` (a message that costs work to build) is called only then."""
     if not condition:
         raise ConfigError(field, value, fix() if callable(fix) else fix)
+
+
+def did_you_mean(name: str, known: Iterable[str], shown: Callable[[str], str] = str) -> str:
+    """``"did you mean A, B? "``: the (at most three) entries of ``known`` spelled closest
+    to ``name``, each written as ``shown`` writes it; ``""`` where none is close."""
+    close = difflib.get_close_matches(name, list(known), n=3)
+    return f"did you mean {', '.join(map(shown, close))}? " if close else ""
 
 
 class NonFiniteError(FloatingPointError):
