@@ -1,22 +1,26 @@
-"""What DQN and SAC share: acting into a replay buffer and learning from samples of it.
+"""What DQN, SAC and TD3 share: acting into a replay buffer and learning from samples of it.
 
 Each iteration, the ``actor`` fragment steps every environment ``num_steps``
 times with the behaviour policy, the ``buffer`` fragment writes those steps to
 the replay buffer, and the ``learner`` fragment takes ``num_updates`` gradient
 steps, each on a fresh sample (once the buffer holds ``learning_starts``
 windows). A subclass says how to act (``act``), what the learner keeps
-(``init_learner``) and what one update does (``update``).
+(``init_learner``) and what one update does (``update``). ``ContinuousActorCritic``
+holds what SAC and TD3 share: an actor in the action bounds and twin critics.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
 
+from jaxrl_frag import envs
 from jaxrl_frag.algorithms import hyperparameter, static_field
 from jaxrl_frag.bounds import INT32_MAX, is_whole
 from jaxrl_frag.envs.core import Steps
@@ -25,6 +29,7 @@ from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes import replay
 from jaxrl_frag.recipes.advantages import n_step_return
+from jaxrl_frag.recipes.networks import TwinCritic
 from jaxrl_frag.recipes.recipe import PolicyFn, Recipe
 from jaxrl_frag.recipes.rollout import collect
 
@@ -223,6 +228,35 @@ class OffPolicyRecipe(Recipe):
         started = buffer.added * self.num_envs >= max(self.learning_starts, self.window_steps * self.num_envs)
         (policy, learner, buffer), metrics = jax.lax.cond(started, train, wait, (policy, learner, buffer))
         return policy, learner, buffer, metrics
+
+
+class ContinuousActorCritic(OffPolicyRecipe):
+    """An off-policy recipe for continuous actions: the actor is ``policy_class(action
+    dimensions, hidden, low, high)``, a network whose actions lie in the action space's
+    bounds, and the learner fits twin critics ``TwinCritic(hidden)`` of ``Q(s, a)``."""
+
+    action_spaces: ClassVar[tuple[type, ...]] = (envs.Box,)
+    policy_class: ClassVar[type[nn.Module]]
+
+    @property
+    def action_dim(self) -> int:
+        return int(np.prod(self.env.action_space.shape))
+
+    @property
+    def policy_network(self) -> nn.Module:
+        space = self.env.action_space
+        return self.policy_class(self.action_dim, self.hidden, space.low, space.high)
+
+    @property
+    def critic_network(self) -> TwinCritic:
+        return TwinCritic(self.hidden)
+
+    def init_policy(self, key: jax.Array, obs: jax.Array) -> PyTree:
+        return self.policy_network.init(key, obs)
+
+    def init_critic(self, key: jax.Array, obs: jax.Array) -> PyTree:
+        """The twin critics' parameters for observations ``obs`` ``[N, ...]``."""
+        return self.critic_network.init(key, obs, jnp.zeros((obs.shape[0], self.action_dim)))
 
 
 def polyak(online: PyTree, target: PyTree, tau: jax.Array, due: jax.Array) -> PyTree:

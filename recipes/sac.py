@@ -13,19 +13,18 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import struct
 
-from jaxrl_frag import envs
 from jaxrl_frag.algorithms import hyperparameter, static_field
 from jaxrl_frag.errors import check
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes import replay
-from jaxrl_frag.recipes.networks import SquashedGaussianPolicy, TwinCritic
-from jaxrl_frag.recipes.off_policy import OffPolicyRecipe, polyak
+from jaxrl_frag.recipes.networks import SquashedGaussianPolicy
+from jaxrl_frag.recipes.off_policy import ContinuousActorCritic, OffPolicyRecipe, polyak
 
 PyTree = Any
 
@@ -42,7 +41,7 @@ class SACLearner:
 
 
 @struct.dataclass
-class SAC(OffPolicyRecipe):
+class SAC(ContinuousActorCritic):
     """SAC: twin critics with Polyak-averaged targets, a squashed Gaussian policy and
     automatic entropy temperature; uniform or prioritized replay."""
 
@@ -58,7 +57,7 @@ class SAC(OffPolicyRecipe):
     init_temperature: float = hyperparameter(1.0, help="entropy temperature alpha at the start")
     target_entropy_scale: float = hyperparameter(1.0, help="target entropy = -scale * action dimensions")
 
-    action_spaces: ClassVar[tuple[type, ...]] = (envs.Box,)
+    policy_class: ClassVar[type[nn.Module]] = SquashedGaussianPolicy
     reals: ClassVar[tuple[str, ...]] = (*OffPolicyRecipe.reals, "init_temperature", "target_entropy_scale")
 
     @classmethod
@@ -72,24 +71,8 @@ class SAC(OffPolicyRecipe):
         super().validate(s)
         check(s["init_temperature"] > 0, "init_temperature", s["init_temperature"], "must be positive")
 
-    @property
-    def action_dim(self) -> int:
-        return int(np.prod(self.env.action_space.shape))
-
-    @property
-    def policy_network(self) -> SquashedGaussianPolicy:
-        space = self.env.action_space
-        return SquashedGaussianPolicy(self.action_dim, self.hidden, space.low, space.high)
-
-    @property
-    def critic_network(self) -> TwinCritic:
-        return TwinCritic(self.hidden)
-
-    def init_policy(self, key: jax.Array, obs: jax.Array) -> PyTree:
-        return self.policy_network.init(key, obs)
-
     def init_learner(self, key: jax.Array, obs: jax.Array, policy: PyTree) -> SACLearner:
-        critic = self.critic_network.init(key, obs, jnp.zeros((obs.shape[0], self.action_dim)))
+        critic = self.init_critic(key, obs)
         log_alpha = jnp.log(jnp.asarray(self.init_temperature, jnp.float32))
         tx = self.optimizer()
         return SACLearner(critic, critic, log_alpha, tx.init(policy), tx.init(critic), tx.init(log_alpha),

@@ -16,19 +16,18 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import struct
 
-from jaxrl_frag import envs
 from jaxrl_frag.algorithms import hyperparameter, static_field
 from jaxrl_frag.errors import check
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes import replay
-from jaxrl_frag.recipes.networks import DeterministicPolicy, TwinCritic
-from jaxrl_frag.recipes.off_policy import OffPolicyRecipe, polyak
+from jaxrl_frag.recipes.networks import DeterministicPolicy
+from jaxrl_frag.recipes.off_policy import ContinuousActorCritic, OffPolicyRecipe, polyak
 
 PyTree = Any
 
@@ -44,7 +43,7 @@ class TD3Learner:
 
 
 @struct.dataclass
-class TD3(OffPolicyRecipe):
+class TD3(ContinuousActorCritic):
     """TD3: twin critics, target policy smoothing, delayed actor and target updates,
     Gaussian exploration noise; uniform or prioritized replay. Defaults: Fujimoto's
     ``TD3.py`` and ``main.py`` (on Pendulum-v1, rl-baselines3-zoo's ``td3.yml``)."""
@@ -70,7 +69,7 @@ class TD3(OffPolicyRecipe):
                                                    "half action range")
     noise_clip: float = hyperparameter(0.5, help="the smoothing noise clipped to +- this share of the half range")
 
-    action_spaces: ClassVar[tuple[type, ...]] = (envs.Box,)
+    policy_class: ClassVar[type[nn.Module]] = DeterministicPolicy
     counts: ClassVar[tuple[str, ...]] = (*OffPolicyRecipe.counts, "policy_delay")
     reals: ClassVar[tuple[str, ...]] = (*OffPolicyRecipe.reals, "exploration_noise", "policy_noise", "noise_clip")
 
@@ -87,24 +86,8 @@ class TD3(OffPolicyRecipe):
         for name in ("exploration_noise", "policy_noise", "noise_clip"):
             check(s[name] >= 0, name, s[name], "must be zero or positive")
 
-    @property
-    def action_dim(self) -> int:
-        return int(np.prod(self.env.action_space.shape))
-
-    @property
-    def policy_network(self) -> DeterministicPolicy:
-        space = self.env.action_space
-        return DeterministicPolicy(self.action_dim, self.hidden, space.low, space.high)
-
-    @property
-    def critic_network(self) -> TwinCritic:
-        return TwinCritic(self.hidden)
-
-    def init_policy(self, key: jax.Array, obs: jax.Array) -> PyTree:
-        return self.policy_network.init(key, obs)
-
     def init_learner(self, key: jax.Array, obs: jax.Array, policy: PyTree) -> TD3Learner:
-        critic = self.critic_network.init(key, obs, jnp.zeros((obs.shape[0], self.action_dim)))
+        critic = self.init_critic(key, obs)
         tx = self.optimizer()
         return TD3Learner(critic, critic, policy, tx.init(policy), tx.init(critic), jnp.int32(0))
 

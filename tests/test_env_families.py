@@ -65,44 +65,36 @@ def test_craftax_declares_its_spaces_capabilities_and_options() -> None:
         envs.make("craftax:Craftax-Symbolic-v2")
 
 
-@pytest.mark.long  # Craftax's game compiles for about a minute on 2 cores (and its textures load once for ~1 min)
-def test_craftax_classic_steps_under_jit_and_vmap_truncates_at_its_limit_and_renders() -> None:
-    env = envs.make(CLASSIC, num_envs=8, max_timesteps=20)
+@pytest.mark.long  # each game compiles for one to five minutes on 2 cores (and Classic's textures load once for ~1 min)
+@pytest.mark.parametrize("name, num_envs, limit, achievements", [(CLASSIC, 8, 20, 22), (FULL, 4, 5, 65)])
+def test_craftax_steps_under_jit_and_vmap_and_truncates_at_its_limit(name: str, num_envs: int, limit: int,
+                                                                      achievements: int) -> None:
+    env = envs.make(name, num_envs=num_envs, max_timesteps=limit)
     n = env.action_space.n
 
     def act(obs, key):
         action = jax.random.randint(key, obs.shape[:1], 0, n)
         return action, action, ()
 
+    length = 2 * limit + 5
     state, obs = env.reset(jax.random.PRNGKey(0))
-    steps, _, _, _, ended = jax.jit(lambda s, o, k: env.rollout(act, s, o, k, 45))(state, obs, jax.random.PRNGKey(1))
+    steps, _, _, _, ended = jax.jit(lambda s, o, k: env.rollout(act, s, o, k, length))(state, obs, jax.random.PRNGKey(1))
     done = np.asarray(ended.done)
-    # random play lives past 20 steps: every episode is cut by the time limit, a truncation, at steps 20 and 40
-    assert np.asarray(steps.truncated)[[19, 39]].all() and done.sum() == 16 and not np.asarray(steps.terminated).any()
-    assert (np.asarray(ended.episode_length)[done] == 20).all()
-    achievements = np.asarray(ended.stats["episode_achievements"])[done]
-    assert np.isfinite(achievements).all() and (achievements >= 0).all() and achievements.max() <= 22
+    # random play lives past the limit: every episode is cut by it, a truncation, twice in the rollout
+    assert np.asarray(steps.truncated)[[limit - 1, 2 * limit - 1]].all() and done.sum() == 2 * num_envs
+    assert not np.asarray(steps.terminated).any() and (np.asarray(ended.episode_length)[done] == limit).all()
+    achieved = np.asarray(ended.stats["episode_achievements"])[done]
+    assert np.isfinite(achieved).all() and (achieved >= 0).all() and achieved.max() <= achievements
     assert np.isfinite(np.asarray(steps.reward)).all() and np.asarray(steps.next_obs).max() <= 1.0
+    assert np.asarray(steps.obs).shape == (length, num_envs, *env.observation_space.shape)
+
+
+@pytest.mark.long  # Classic's textures load once for ~1 min on 2 cores
+def test_craftax_classic_renders_whole_frames() -> None:
     one = envs.make(CLASSIC)
     first, _ = one.reset(jax.random.PRNGKey(0))
     frames = one.render(jax.tree.map(lambda x: jnp.stack([x, x]), first))
     assert frames.dtype == np.uint8 and frames.shape[0] == 2 and frames.shape[-1] == 3 and frames.std() > 10
-
-
-@pytest.mark.long  # the full game: 5 minutes, most of it compiling, on 2 cores at load 6 to 8
-def test_craftax_full_game_steps_under_jit_and_vmap_and_truncates_at_its_limit() -> None:
-    env = envs.make(FULL, num_envs=4, max_timesteps=5)
-    n = env.action_space.n
-
-    def act(obs, key):
-        action = jax.random.randint(key, obs.shape[:1], 0, n)
-        return action, action, ()
-
-    state, obs = env.reset(jax.random.PRNGKey(0))
-    steps, _, _, _, ended = jax.jit(lambda s, o, k: env.rollout(act, s, o, k, 12))(state, obs, jax.random.PRNGKey(1))
-    assert np.asarray(steps.truncated)[[4, 9]].all() and np.asarray(ended.done).sum() == 8
-    assert not np.asarray(steps.terminated).any() and np.isfinite(np.asarray(steps.reward)).all()
-    assert np.asarray(steps.obs).shape == (12, 4, 8268)
 
 
 @pytest.mark.learning
