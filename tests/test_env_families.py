@@ -109,28 +109,42 @@ def test_ppo_learns_craftax_classic_past_random_play() -> None:
         history["episode_return"], history["episode_achievements"])
 
 
-def test_navix_declares_its_spaces_terminates_at_the_goal_and_truncates_at_its_limit() -> None:
-    env = envs.make(EMPTY)
-    assert env.observation_space.shape == (5, 5, 3) and env.action_space == envs.Discrete(7)
+# per family: its spaces, the actions forward, forward, right, forward, forward from the start of the empty
+# 5x5 grid (the goal in the far corner, XLand-MiniGrid paying 1 - 0.9 * 5 / 100 for it), turning left, a frame's
+# shape, a misspelt id with the one it suggests, and a refused option with its refusal
+GRIDS = {
+    EMPTY: ((5, 5, 3), 7, (2, 2, 1, 2, 2), 1.0, 0, (40, 40, 3), ("navix:Navix-Empty-5x5", EMPTY),
+            (dict(max_steps=0), "max_steps=0: must be a positive integer")),
+    XEMPTY: ((7, 7, 2), 6, (0, 0, 1, 0, 0), 0.955, 2, (160, 160, 3), ("xminigrid:MiniGrid-Empty-5x6",
+                                                                      "xminigrid:MiniGrid-Empty-6x6"),
+             (dict(lava=1), "XLand-MiniGrid's parameters have no lava; they are height, width")),
+}
+
+
+@pytest.mark.parametrize("name", GRIDS)
+def test_grid_worlds_declare_their_spaces_terminate_at_the_goal_and_truncate_at_their_limit(name: str) -> None:
+    shape, actions, to_goal, paid, left, frame, (misspelt, suggested), (bad, refusal) = GRIDS[name]
+    env = envs.make(name)
+    assert env.observation_space.shape == shape and env.action_space == envs.Discrete(actions)
     assert env.capabilities.renders and env.max_steps == 100
     state, obs = env.reset(jax.random.PRNGKey(0))
     step = jax.jit(env.step)
-    # forward twice, turn right, forward twice: the goal in the far corner
-    for action, reward, terminated in ((2, 0, False), (2, 0, False), (1, 0, False), (2, 0, False), (2, 1, True)):
+    for t, action in enumerate(to_goal):
         state, ts = step(jax.random.PRNGKey(1), state, jnp.int32(action))
-        assert (float(ts.reward), bool(ts.terminated), bool(ts.truncated)) == (reward, terminated, False)
+        last = t == len(to_goal) - 1
+        assert (float(ts.reward), bool(ts.terminated), bool(ts.truncated)) == pytest.approx((paid * last, last, False))
     assert not np.array_equal(ts.final_obs, ts.obs) and np.array_equal(ts.obs, obs)  # reset to the start
-    short = envs.make(EMPTY, max_steps=3)
+    short = envs.make(name, max_steps=3)
     state, _ = short.reset(jax.random.PRNGKey(0))
     for t in range(3):
-        state, ts = short.step(jax.random.PRNGKey(t), state, jnp.int32(0))  # turning left: never the goal
+        state, ts = short.step(jax.random.PRNGKey(t), state, jnp.int32(left))  # turning left: never the goal
     assert bool(ts.truncated) and not bool(ts.terminated)
     frames = env.render(jax.tree.map(lambda x: jnp.stack([x] * 3), state))
-    assert frames.shape == (3, 40, 40, 3) and frames.dtype == np.uint8
-    with pytest.raises(ConfigError, match="did you mean navix:Navix-Empty-5x5-v0"):
-        envs.make("navix:Navix-Empty-5x5")
-    with pytest.raises(ConfigError, match="max_steps=0: must be a positive integer"):
-        envs.make(EMPTY, max_steps=0)
+    assert frames.shape == (3, *frame) and frames.dtype == np.uint8 and frames.std() > 10
+    with pytest.raises(ConfigError, match=f"did you mean {suggested}"):
+        envs.make(misspelt)
+    with pytest.raises(ConfigError, match=refusal):
+        envs.make(name, **bad)
 
 
 @pytest.mark.learning
@@ -159,30 +173,6 @@ def test_navix_trains_evaluates_and_draws_a_video_from_the_command_line(tmp_path
         image.seek(frames - 1)
         assert len(set(image.convert("RGB").getdata())) > 4  # the grid drawn, not a blank frame
     assert size == (400, 240) and 1 <= frames <= 100 and f"one episode, {frames} steps" in out, out
-
-
-def test_xminigrid_declares_its_spaces_terminates_at_the_goal_and_truncates_at_its_limit() -> None:
-    env = envs.make(XEMPTY)
-    assert env.observation_space.shape == (7, 7, 2) and env.action_space == envs.Discrete(6)
-    assert env.capabilities.renders and env.max_steps == 100
-    state, obs = env.reset(jax.random.PRNGKey(0))
-    step = jax.jit(env.step)
-    # forward twice, turn right, forward twice: the goal in the far corner, paid 1 - 0.9 * 5 / 100
-    for action, reward, terminated in ((0, 0, False), (0, 0, False), (1, 0, False), (0, 0, False), (0, 0.955, True)):
-        state, ts = step(jax.random.PRNGKey(1), state, jnp.int32(action))
-        assert (float(ts.reward), bool(ts.terminated), bool(ts.truncated)) == pytest.approx((reward, terminated, False))
-    assert not np.array_equal(ts.final_obs, ts.obs) and np.array_equal(ts.obs, obs)  # reset to the start
-    short = envs.make(XEMPTY, max_steps=3)
-    state, _ = short.reset(jax.random.PRNGKey(0))
-    for t in range(3):
-        state, ts = short.step(jax.random.PRNGKey(t), state, jnp.int32(2))  # turning left: never the goal
-    assert bool(ts.truncated) and not bool(ts.terminated)
-    frames = env.render(jax.tree.map(lambda x: jnp.stack([x] * 3), state))
-    assert frames.shape == (3, 160, 160, 3) and frames.dtype == np.uint8 and frames.std() > 10
-    with pytest.raises(ConfigError, match="did you mean xminigrid:MiniGrid-Empty-6x6"):
-        envs.make("xminigrid:MiniGrid-Empty-5x6")
-    with pytest.raises(ConfigError, match="XLand-MiniGrid's parameters have no lava; they are height, width"):
-        envs.make(XEMPTY, lava=1)
 
 
 @pytest.mark.learning
