@@ -10,9 +10,10 @@
 # make docs:  set up .venv if needed, then build the API reference into site/ (open site/index.html)
 VENV ?= .venv
 PYTHON ?= python3
-# pytest-xdist workers, each a whole module at a time (the compilation cache is shared); TEST_WORKERS=0: one process
+# pytest-xdist workers, each a whole module at a time (the compilation cache is shared); TEST_WORKERS=0: one process;
+# each suite ends with its 25 slowest tests, for whoever plans the next cut in its time
 TEST_WORKERS ?= 2
-PYTEST = $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+PYTEST = $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +32,7 @@ test: $(VENV)/.installed
 
 # a few long tests, two of them in one module: spread test by test
 test-long: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m long
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m long --durations=25
 
 test-fast: $(VENV)/.installed
 	$(PYTEST) -m "not slow and not learning"

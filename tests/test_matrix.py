@@ -1,7 +1,8 @@
 """Every recipe under every distribution policy, on 4 of the forced CPU devices: it
 compiles and runs a few iterations, and where the policy claims exactness the whole
 training state (parameters, optimizer state, replay buffer, environments) equals the
-SingleDevice run's."""
+SingleDevice run's. The rows of the environment families run under the policies ``UNDER``
+names for them."""
 
 from __future__ import annotations
 
@@ -51,10 +52,6 @@ SMALL = {
 # rows that are a recipe with other settings, and the recipe
 VARIANT_OF = {"ppo-gru": "ppo", "mappo-gru": "mappo", "pqn-gru": "pqn", "ippo-continuous": "ippo", "ppo-navix": "ppo",
               "ppo-craftax": "ppo", "ppo-xminigrid": "ppo"}
-# Craftax's game takes minutes to compile on 2 cores, once per program: make test-long runs its row, under the policy
-# that shards its state over the devices and claims SingleDevice's result (what the other policies rewrite is the
-# recipe's, which its plain ppo row holds under each of them)
-LONG = {"ppo-craftax": ("data-parallel-exact",)}
 SEED = 3
 EXACT = {
     "data-parallel-exact": lambda: DataParallel(4, shuffle="exact"),
@@ -65,6 +62,13 @@ INEXACT = {
     "data-parallel-local": lambda: DataParallel(4),
     "actor-learner-stale": lambda: ActorLearner(2, 2, staleness=1, transfer_dtype="bfloat16"),
 }
+LONG = {"ppo-craftax"}  # Craftax's game takes minutes to compile on 2 cores, once per program: make test-long's
+# rows under only some policies (the others run every row under every policy): Craftax's under the one that shards
+# its state over the devices and claims SingleDevice's result, the other environment families' under the exact
+# policies, each of which moves the environments' state its own way (sharded over the devices, vmapped into a
+# population, placed on the actor devices); an inexact policy places them as its exact sibling does and differs in
+# the learner's arithmetic, which the recipe's own row holds under it
+UNDER = {"ppo-craftax": ("data-parallel-exact",), "ppo-navix": tuple(EXACT), "ppo-xminigrid": tuple(EXACT)}
 
 
 def test_the_matrix_covers_every_recipe() -> None:
@@ -89,12 +93,12 @@ def reference(recipe: str) -> list[np.ndarray]:
 
 
 def cases(policies: dict[str, object]) -> list[object]:
-    """Each row of ``SMALL`` under each of ``policies`` (a ``LONG`` row under those it names): the recurrent rows cost
+    """Each row of ``SMALL`` under each of ``policies`` (of those ``UNDER`` names for it): the recurrent rows cost
     the most to compile (a minute and a half of make test-fast's share on 2 cores), so make test runs them and the
     other variants, make test-fast one row of each recipe, and its exact policies only."""
     return [pytest.param(recipe, policy, marks=pytest.mark.long if recipe in LONG else pytest.mark.slow)
             if recipe in VARIANT_OF else (recipe, policy)
-            for recipe in SMALL for policy in policies if policy in LONG.get(recipe, policies)]
+            for recipe in SMALL for policy in policies if policy in UNDER.get(recipe, policies)]
 
 
 @pytest.mark.parametrize("recipe, policy", cases(EXACT))
