@@ -10,6 +10,7 @@ from jaxrl_frag.envs.core import (
     Discrete,
     Ended,
     Env,
+    MaskedObs,
     Space,
     Steps,
     TimeStep,
@@ -31,6 +32,6 @@ from jaxrl_frag.envs.wrappers import (
 
 __all__ = [
     "Acting", "AgentObs", "Box", "BraxEnv", "Capabilities", "Discrete", "Ended", "Env", "EnvWorkerError", "EpisodeStatistics",
-    "GymnaxEnv", "HostEnv", "NormalizeObservation", "ObservationMask", "RunningMoments", "ScaleReward", "Space", "Steps",
-    "TimeStep", "VecEnv", "Wrapper", "available", "forget", "is_host", "make", "register",
+    "GymnaxEnv", "HostEnv", "MaskedObs", "NormalizeObservation", "ObservationMask", "RunningMoments", "ScaleReward",
+    "Space", "Steps", "TimeStep", "VecEnv", "Wrapper", "available", "forget", "is_host", "make", "register",
 ]

@@ -101,6 +101,24 @@ class AgentObs(NamedTuple):
     action_mask: jax.Array
 
 
+class MaskedObs(NamedTuple):
+    """What one agent observes, with the actions it may take now (an environment that
+    declares ``Capabilities.masks_actions``).
+
+    ``obs``: ``[..., *observation_space.shape]``; ``action_mask``: ``[..., actions]``, true
+    where the action is allowed.
+    """
+
+    obs: jax.Array
+    action_mask: jax.Array
+
+
+def unmasked(obs: PyTree) -> tuple[jax.Array, jax.Array | None]:
+    """``obs`` apart from its action mask: ``(obs.obs, obs.action_mask)`` for a
+    ``MaskedObs``, ``(obs, None)`` for an observation without one."""
+    return (obs.obs, obs.action_mask) if isinstance(obs, MaskedObs) else (obs, None)
+
+
 EPISODE_KEYS = ("episode_done", "episode_return", "episode_length")  # info entries that Ended reads by name
 AGENT_AXIS = "agents"  # the name of the agents axis in Algorithm.named_axes and a policy's mesh
 
@@ -114,12 +132,15 @@ class Capabilities:
     environments (boosting). ``restorable``: a checkpoint of the training state restores
     it exactly; where not (environments stepped outside the program), a resumed run
     starts them afresh. ``renders``: ``Env.render`` draws its states, so ``evaluate
-    --video`` can draw an episode of it.
+    --video`` can draw an episode of it. ``masks_actions``: its observations are
+    ``MaskedObs``, the actions allowed now beside what it observes; a recipe acts on it
+    only where it takes action masks (``Recipe.takes_action_masks``).
     """
 
     traceable: bool = True
     restorable: bool = True
     renders: bool = False
+    masks_actions: bool = False
 
 
 # act(obs, key) -> (action to record, action to send to the environment, anything else to keep per step)

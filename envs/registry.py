@@ -109,6 +109,8 @@ def _masked(env: Env, name: str, keep: str) -> Env:
     """``env`` (one environment, or a batch) observing only the entries ``keep`` lists
     (``"0,2"``); ``ConfigError`` naming ``name`` for entries that are not whole numbers,
     repeat, or lie outside its observations, or an environment without vector observations."""
+    check(not env.capabilities.masks_actions, "env", name, f"{env.name}'s observations carry its action mask: drop "
+                                                           f"{OBS_MASK}{keep}")
     check(env.num_agents is None, "env", name, f"masks one agent's observations; {env.name} has {env.num_agents} "
                                                f"agents: drop {OBS_MASK}{keep}")
     shape = env.observation_space.shape
@@ -203,6 +205,8 @@ def make(
     for option, value in (("normalize_obs", normalize_obs), ("scale_reward", scale_reward)):
         check(not value or env.num_agents is None, option, value,
               f"standardises one agent's observations and rewards; {name} has {env.num_agents} agents: turn it off")
+    check(not normalize_obs or not env.capabilities.masks_actions, "normalize_obs", normalize_obs,
+          f"standardises observations of one array; {name}'s carry its action mask beside them: turn it off")
     if normalize_obs:
         env = NormalizeObservation(env)
     if scale_reward:

@@ -83,7 +83,7 @@ class EpisodeStatistics(Wrapper):
 
     def reset(self, key: jax.Array) -> tuple[EpisodeState, jax.Array]:
         state, obs = self.inner.reset(key)
-        zeros = jnp.zeros(obs.shape[:1], jnp.float32)
+        zeros = jnp.zeros(jax.tree.leaves(obs)[0].shape[:1], jnp.float32)  # an observation may be a pytree
         return EpisodeState(state, zeros, zeros.astype(jnp.int32)), obs
 
     def step(self, key: jax.Array, state: EpisodeState, action: jax.Array) -> tuple[EpisodeState, TimeStep]:
@@ -187,7 +187,7 @@ class ScaleReward(Wrapper):
 
     def reset(self, key: jax.Array) -> tuple[ScaleState, jax.Array]:
         state, obs = self.inner.reset(key)
-        zeros = jnp.zeros(obs.shape[:1], jnp.float32)
+        zeros = jnp.zeros(jax.tree.leaves(obs)[0].shape[:1], jnp.float32)  # an observation may be a pytree
         return ScaleState(state, zeros, RunningMoments.zeros(())), obs
 
     def step(self, key: jax.Array, state: ScaleState, action: jax.Array) -> tuple[ScaleState, TimeStep]:

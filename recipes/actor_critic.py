@@ -75,7 +75,10 @@ class ActorCriticState:
 
 @struct.dataclass
 class ActorCriticRecipe(Recipe):
-    """Settings and the rollout shared by actor-critic recipes."""
+    """Settings and the rollout shared by actor-critic recipes (which take action masks:
+    ``ActorCritic`` gives the actions outside a ``MaskedObs``'s mask probability 0)."""
+
+    takes_action_masks: ClassVar[bool] = True
 
     num_minibatches: int = static_field(4, help="minibatches per epoch")
     torso: str = static_field("auto", help="cnn (a 3x3 convolution with 16 channels under each MLP; for image "

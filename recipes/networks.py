@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_frag.envs.core import AgentObs, PyTree, forget
+from jaxrl_frag.envs.core import AgentObs, MaskedObs, PyTree, forget, unmasked
 
 
 class Categorical(NamedTuple):
@@ -150,7 +150,8 @@ class ActorCritic(nn.Module):
     convolution for ``cnn`` (image observations ``[N, H, W, C]``); with ``atari``, one
     ``AtariTorso`` shared by a linear policy head and a linear value head (``hidden``
     unused), as in PPO's Atari networks. A continuous policy is a Gaussian with a
-    learned, state-independent log standard deviation.
+    learned, state-independent log standard deviation. On a ``MaskedObs`` the networks
+    read its ``obs``, and the actions outside its ``action_mask`` have probability 0.
     """
 
     action_dim: int
@@ -170,17 +171,20 @@ class ActorCritic(nn.Module):
         if self.continuous:
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
 
-    def __call__(self, obs: jax.Array) -> tuple[Categorical | Gaussian, jax.Array]:
+    def __call__(self, obs: jax.Array | MaskedObs) -> tuple[Categorical | Gaussian, jax.Array]:
+        x, mask = unmasked(obs)
         if self.torso == "atari":
-            features = self.shared(obs)
+            features = self.shared(x)
             out, value = self.pi(features), self.v(features)[:, 0]
         else:
-            out, value = self.pi(obs), self.value(obs)
-        dist = Gaussian(out, jnp.exp(self.log_std)) if self.continuous else Categorical(out)
-        return dist, value
+            out, value = self.pi(x), self.value(x)
+        if self.continuous:
+            return Gaussian(out, jnp.exp(self.log_std)), value
+        return Categorical(out if mask is None else jnp.where(mask, out, MASKED_LOGIT)), value
 
-    def value(self, obs: jax.Array) -> jax.Array:
-        return self.v(self.shared(obs) if self.torso == "atari" else obs)[:, 0]
+    def value(self, obs: jax.Array | MaskedObs) -> jax.Array:
+        x, _ = unmasked(obs)
+        return self.v(self.shared(x) if self.torso == "atari" else x)[:, 0]
 
 
 CELLS: dict[str, type[nn.RNNCellBase]] = {"gru": nn.GRUCell, "lstm": nn.OptimizedLSTMCell}
@@ -231,8 +235,9 @@ class RecurrentActorCritic(nn.Module):
     """Policy and value networks with a memory, on sequences of vector observations:
     ``(memory, obs, first) -> (memory, action distribution, value)``: a
     ``RecurrentTorso`` of ``features`` units (the heads' activation) whose outputs feed
-    ``heads`` (a policy MLP and a value MLP). Inputs and outputs are environment-major,
-    as the torso's; the distribution and value ``[N, T]``.
+    ``heads`` (a policy MLP and a value MLP), a ``MaskedObs``'s mask passed on to them.
+    Inputs and outputs are environment-major, as the torso's; the distribution and value
+    ``[N, T]``.
     """
 
     heads: ActorCritic
@@ -247,17 +252,20 @@ class RecurrentActorCritic(nn.Module):
         """The memory before any step, for ``batch`` environments: zeros."""
         return blank_memory(self.cell, self.features, (batch,))
 
-    def __call__(self, memory: PyTree, obs: jax.Array, first: jax.Array) -> tuple[
+    def __call__(self, memory: PyTree, obs: jax.Array | MaskedObs, first: jax.Array) -> tuple[
             PyTree, Categorical | Gaussian, jax.Array]:
         n, steps = first.shape
-        memory, y = self.torso(memory, obs, first)
-        dist, value = self.heads(y.reshape(n * steps, -1))
+        x, mask = unmasked(obs)
+        memory, y = self.torso(memory, x, first)
+        features = y.reshape(n * steps, -1)
+        dist, value = self.heads(features if mask is None else MaskedObs(features, mask.reshape(n * steps, -1)))
         return memory, dist.reshaped((n, steps)), value.reshape(n, steps)
 
-    def step(self, memory: PyTree, obs: jax.Array) -> tuple[PyTree, Categorical | Gaussian, jax.Array]:
+    def step(self, memory: PyTree, obs: jax.Array | MaskedObs) -> tuple[PyTree, Categorical | Gaussian, jax.Array]:
         """One step of ``N`` environments, observations ``[N, ...]``, from ``memory`` as it is."""
-        memory, y = self.torso.step(memory, obs)
-        return memory, *self.heads(y)
+        x, mask = unmasked(obs)
+        memory, y = self.torso.step(memory, x)
+        return memory, *self.heads(y if mask is None else MaskedObs(y, mask))
 
 
 def per_agent(net: Callable[[jax.Array], jax.Array], x: jax.Array, shared: bool) -> jax.Array:

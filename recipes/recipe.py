@@ -64,6 +64,7 @@ class Recipe(Algorithm):
 
     action_spaces: ClassVar[tuple[type, ...]] = (envs.Discrete, envs.Box)  # the kinds of action space it acts in
     multi_agent: ClassVar[bool] = False  # whether it acts for agents on an axis (AgentObs), or for one
+    takes_action_masks: ClassVar[bool] = False  # whether it acts only on the allowed actions of a MaskedObs
 
     # the settings that must be positive integers, those that must be finite numbers, and those positive
     counts: ClassVar[tuple[str, ...]] = ("num_envs", "num_steps", "total_steps", "env_groups")
@@ -94,7 +95,8 @@ class Recipe(Algorithm):
     @classmethod
     def check_env(cls, env: envs.Env) -> None:
         """Raise ``ConfigError`` if ``env``'s action space is of a kind this recipe cannot act
-        in, or ``env`` has agents on an axis and the recipe acts for one agent (or the reverse)."""
+        in, ``env`` has agents on an axis and the recipe acts for one agent (or the reverse),
+        or ``env`` masks its actions and the recipe takes no masks."""
         agents = env.num_agents
         if (agents is not None) != cls.multi_agent:
             why = (f"is a multi-agent environment ({agents} agents); {cls.__name__} acts for one agent: choose a "
@@ -102,6 +104,9 @@ class Recipe(Algorithm):
                    f"has one agent; {cls.__name__} is a multi-agent recipe: choose a jaxmarl: environment, or a "
                    "single-agent recipe (ppo)")
             raise ConfigError("env", env.name, why)
+        check(not env.capabilities.masks_actions or cls.takes_action_masks, "env", env.name,
+              f"masks its actions (those allowed change from step to step); {cls.__name__} takes no action masks: "
+              "choose a recipe that does (ppo, a2c, impala)")
         space = env.action_space
         if not isinstance(space, cls.action_spaces):
             kinds = {envs.Discrete: "discrete", envs.Box: "continuous"}

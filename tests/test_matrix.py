@@ -48,10 +48,12 @@ SMALL = {
     "ppo-navix": ("navix:Navix-Empty-5x5-v0", ON_POLICY),
     "ppo-craftax": ("craftax:Craftax-Classic-Symbolic-v1", ON_POLICY),
     "ppo-xminigrid": ("xminigrid:MiniGrid-Empty-5x5", ON_POLICY),
+    # observations with the actions allowed beside them (MaskedObs), the policy's probabilities masked
+    "ppo-jumanji": ("jumanji:Knapsack-v1", ON_POLICY),
 }
 # rows that are a recipe with other settings, and the recipe
 VARIANT_OF = {"ppo-gru": "ppo", "mappo-gru": "mappo", "pqn-gru": "pqn", "ippo-continuous": "ippo", "ppo-navix": "ppo",
-              "ppo-craftax": "ppo", "ppo-xminigrid": "ppo"}
+              "ppo-craftax": "ppo", "ppo-xminigrid": "ppo", "ppo-jumanji": "ppo"}
 SEED = 3
 EXACT = {
     "data-parallel-exact": lambda: DataParallel(4, shuffle="exact"),
@@ -68,7 +70,8 @@ LONG = {"ppo-craftax"}  # Craftax's game takes minutes to compile on 2 cores, on
 # policies, each of which moves the environments' state its own way (sharded over the devices, vmapped into a
 # population, placed on the actor devices); an inexact policy places them as its exact sibling does and differs in
 # the learner's arithmetic, which the recipe's own row holds under it
-UNDER = {"ppo-craftax": ("data-parallel-exact",), "ppo-navix": tuple(EXACT), "ppo-xminigrid": tuple(EXACT)}
+UNDER = {"ppo-craftax": ("data-parallel-exact",), **{row: tuple(EXACT) for row in ("ppo-navix", "ppo-xminigrid",
+                                                                                    "ppo-jumanji")}}
 
 
 def test_the_matrix_covers_every_recipe() -> None:
