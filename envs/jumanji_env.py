@@ -26,6 +26,7 @@ made. A few tasks (Sokoban's levels) download data when made, so they need the i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 from typing import Any
 
@@ -101,7 +102,7 @@ class JumanjiEnv(Env):
     def capabilities(self) -> Capabilities:
         return Capabilities(masks_actions=True)
 
-    @property
+    @functools.cached_property
     def observation_space(self) -> Box:
         """The vector ``obs`` of a ``MaskedObs``, unbounded (Jumanji's arrays have bounds of their own)."""
         with jax.ensure_compile_time_eval():
