@@ -79,7 +79,7 @@ def test_craftax_steps_under_jit_and_vmap_and_truncates_at_its_limit(name: str, 
         action = jax.random.randint(key, obs.shape[:1], 0, n)
         return action, action, ()
 
-    length = 2 * limit + 5
+    length = 2 * limit + 2
     state, obs = env.reset(jax.random.PRNGKey(0))
     steps, _, _, _, ended = jax.jit(lambda s, o, k: env.rollout(act, s, o, k, length))(state, obs, jax.random.PRNGKey(1))
     done = np.asarray(ended.done)
