@@ -35,7 +35,7 @@ test-long: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m long --durations=25
 
 test-fast: $(VENV)/.installed
-	$(PYTEST) -m "not slow and not learning"
+	$(PYTEST) -m "not slow and not learning and not long"
 
 # strict: a warning (a docstring griffe cannot parse, a broken cross-reference, a missing name) fails the build
 docs: $(VENV)/.installed
