@@ -100,6 +100,11 @@ def _dense(features: int, scale: float = np.sqrt(2), **kwargs: str) -> nn.Dense:
 
 
 MASKED_LOGIT = -1e9  # the logit of an action that is not available: probability 0, and no NaN in the entropy
+
+
+def masked(logits: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """``logits`` with the actions outside ``mask`` (true where allowed) at ``MASKED_LOGIT``; as they are without one."""
+    return logits if mask is None else jnp.where(mask, logits, MASKED_LOGIT)
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": jnp.tanh, "relu": nn.relu, "swish": nn.swish}
 
 
@@ -180,7 +185,7 @@ class ActorCritic(nn.Module):
             out, value = self.pi(x), self.value(x)
         if self.continuous:
             return Gaussian(out, jnp.exp(self.log_std)), value
-        return Categorical(out if mask is None else jnp.where(mask, out, MASKED_LOGIT)), value
+        return Categorical(masked(out, mask)), value
 
     def value(self, obs: jax.Array | MaskedObs) -> jax.Array:
         x, _ = unmasked(obs)
@@ -299,7 +304,7 @@ class AgentsNetwork(nn.Module):
     def distribution(self, out: jax.Array, obs: AgentObs) -> Categorical | Gaussian:
         if self.continuous:
             return Gaussian(out, jnp.exp(self.log_std))
-        return Categorical(jnp.where(obs.action_mask, out, MASKED_LOGIT))
+        return Categorical(masked(out, obs.action_mask))
 
 
 class AgentsActorCritic(AgentsNetwork):
