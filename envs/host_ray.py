@@ -118,7 +118,9 @@ def connect(address: str, cpus: float) -> None:
             except ConnectionError as error:
                 raise ConfigError("env_address", address, f"Ray could not connect: {error}") from None
             return
-        ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(cpus)), include_dashboard=False,
+        # "local": a Ray of this run's own, even where another runs on this machine (without it, ray.init
+        # joins the cluster it finds recorded in Ray's temp dir, and refuses num_cpus there)
+        ray.init(address="local", num_cpus=max(os.cpu_count() or 1, math.ceil(cpus)), include_dashboard=False,
                  _temp_dir=local_temp_dir(), **quiet)
     _STARTED.append(True)
 
