@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -34,3 +35,10 @@ def wait_for(path: Path, proc: subprocess.Popen[str], seconds: float) -> None:
     while not path.exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
         time.sleep(0.2)
+
+
+def free_port() -> int:
+    """A TCP port of this machine that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ import jax
 import numpy as np
 import pytest
 import ray
-from processes import wait_for
+from processes import free_port, wait_for
 from ray.cluster_utils import Cluster
 
 import jaxrl_frag as jf
@@ -143,15 +144,29 @@ def test_without_ray_the_backend_is_refused_with_the_install_command(tmp_path: P
 def test_a_local_ray_starts_where_tmpdir_is_too_deep_for_its_sockets(tmp_path: Path) -> None:
     """Without an address the run starts its own Ray, whose socket paths live under
     ``$TMPDIR``: a ``$TMPDIR`` deeper than a Unix socket's path allows (as under
-    pytest's ``tmp_path`` on CI) still trains, its sessions kept under ``/tmp``."""
+    pytest's ``tmp_path`` on CI) still trains, its sessions kept under ``/tmp``, and
+    its Ray is its own even while another cluster, started by ``ray start`` with the
+    same temp dir, runs on this machine (Ray would otherwise join that one)."""
     deep = tmp_path / ("d" * 60) / "tmp"
     deep.mkdir(parents=True)
     assert len(str(deep)) + RAY_SOCKET_SUFFIX > UNIX_SOCKET_PATH_MAX
     env = {**os.environ, "TMPDIR": str(deep), "JAXRL_FRAG_MAX_STEPS": "1024"}
     env.pop("RAY_ADDRESS", None)
-    done = subprocess.run([sys.executable, "-m", "jaxrl_frag", "train", "ppo", "--env", CARTPOLE,
-                           "--num-envs", "8", "--env-workers", "2", "--env-backend", "ray",
-                           "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=300)
+    other = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", "--port",
+                              str(free_port()), "--num-cpus", "1", "--include-dashboard=false", "--disable-usage-stats",
+                              "--temp-dir", f"/tmp/ray-{os.getuid()}"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert other.stdout is not None
+        for line in other.stdout:  # until it is up
+            if "Ray runtime started" in line:
+                break
+        done = subprocess.run([sys.executable, "-m", "jaxrl_frag", "train", "ppo", "--env", CARTPOLE,
+                               "--num-envs", "8", "--env-workers", "2", "--env-backend", "ray",
+                               "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=300)
+    finally:
+        other.terminate()  # `ray start --block` stops the processes of its node
+        other.communicate(timeout=60)
     assert done.returncode == 0, done.stderr
     assert "trained to 1,024 steps" in done.stdout
 
@@ -231,3 +246,33 @@ def test_a_node_removed_mid_run(tmp_path: Path) -> None:
                 assert saved.iteration == int(float(last["iteration"])) and saved.meta["rows"][-1]["env_workers_restarted"] == 2
         finally:
             cluster.shutdown()
+
+
+@pytest.mark.long
+def test_launch_local_sh_starts_a_ray_head_that_the_processes_share(tmp_path: Path) -> None:
+    """``RAY=1 launch/local.sh 2 ...``: the script starts a Ray head, both processes put
+    their workers on it (``RAY_ADDRESS``), and the rows equal the same two processes'
+    local worker pools'; once the processes end, the head's processes are gone."""
+    launch = str(Path(__file__).resolve().parent.parent / "launch" / "local.sh")
+    port = free_port()
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "JAXRL_FRAG_MAX_STEPS": "2048", "RAY_PORT": str(port)}
+    env.pop("RAY_ADDRESS", None)
+    runs, said = {}, {}
+    for backend in ("ray", "processes"):
+        run_dir = tmp_path / backend
+        done = subprocess.run([launch, "2", sys.executable, "-m", "jaxrl_frag", "train", "ppo", "--env", CARTPOLE,
+                               "--num-envs", "8", "--num-steps", "16", "--env-workers", "2", "--env-backend", backend,
+                               "--policy", "data-parallel", "--devices", "1", "--run-dir", str(run_dir),
+                               *(["--env-worker-cpus", "0.5"] if backend == "ray" else [])],
+                              capture_output=True, text=True, timeout=600,
+                              env={**env, "RAY": "1"} if backend == "ray" else env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[backend], said[backend] = rows(run_dir), done.stderr
+    assert re.search(rf"^launch/local.sh: Ray head at [\d.]+:{port}; CPU-only machines join it with: ray start "
+                     rf"--address [\d.]+:{port}$", said["ray"], re.M), said["ray"]
+    assert "Ray head" not in said["processes"]
+    assert len(runs["ray"]) == 2048 // (8 * 16)
+    assert without_sps(runs["ray"]) == without_sps(runs["processes"])
+    head = subprocess.run(["pgrep", "-f", f"gcs_server_port={port}"], capture_output=True, text=True)
+    assert head.returncode == 1, head.stdout

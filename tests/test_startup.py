@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from processes import free_port
 
 pytestmark = pytest.mark.slow  # real processes meeting, or failing to meet, at a coordinator
 
@@ -27,12 +27,6 @@ TRAIN = [SCRIPT, "train", "ppo", "--env", "CartPole-v1", "--num-envs", "4", "--n
 def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS" and not k.startswith("JAXRL_FRAG_")}
     return {**env, **extra}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tagged(token: str) -> list[int]:
