@@ -14,6 +14,13 @@
 # SIGTERM), it passes SIGTERM on, gives the processes GRACE seconds to stop with a
 # checkpoint, kills those still running, and exits with 130 (143 for SIGTERM). The
 # "[Gloo] Rank I is connected to ..." lines gloo's C++ code prints are left out.
+#
+# RAY=1 first starts a Ray cluster's head on this machine (`ray start --head`, port
+# RAY_PORT or a free one, RAY_CPUS CPUs for actors or all of them) and gives each
+# process its address as RAY_ADDRESS, for `--env-backend ray`: the processes share one
+# cluster, which CPU-only machines join with the `ray start --address ...` line this
+# script prints. The head stops (SIGTERM to its `ray start --block`) once the
+# processes have ended; it is this script's own, nothing else of Ray is touched.
 set -uo pipefail
 if [ $# -lt 2 ] || ! [[ $1 =~ ^[1-9][0-9]*$ ]]; then
     echo "usage: launch/local.sh N COMMAND [ARG ...]  (N: number of processes)" >&2
@@ -33,6 +40,53 @@ filter=$!
 # jobs it killed (which the messages say) are all it would hold
 exec 3>&2
 port=${JAXRL_FRAG_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+# each process in a session of its own where setsid exists (Linux), so that killing its process group kills what
+# it started too (environment workers)
+own_group=()
+command -v setsid >/dev/null && own_group=(setsid)
+
+ray_head=  # RAY=1: the `ray start --head --block` this script started
+ray_log=
+if [ -n "${RAY:-}" ]; then
+    if [ "$RAY" != 1 ]; then
+        echo "launch/local.sh: RAY=$RAY: RAY=1 starts a Ray head for the processes; leave RAY unset for none" >&3
+        exit 2
+    fi
+    if ! command -v ray >/dev/null; then
+        echo "launch/local.sh: RAY=1 needs Ray's command line on PATH: pip install 'jaxrl_frag[ray]'" >&3
+        exit 2
+    fi
+    # one authentication mode for the head and the processes: `ray start` turns token authentication on where a
+    # token exists (RAY_AUTH_TOKEN, or the file a local ray.init leaves in ~/.ray), but ray.init(address=...) does not
+    if [ -z "${RAY_AUTH_MODE:-}" ]; then
+        RAY_AUTH_MODE=disabled
+        [ -n "${RAY_AUTH_TOKEN:-}" ] || [ -f "${RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}" ] && RAY_AUTH_MODE=token
+    fi
+    export RAY_AUTH_MODE
+    ray_port=${RAY_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')}
+    ray_log=$(mktemp "${TMPDIR:-/tmp}/ray-head.XXXXXX")
+    # Ray's sockets live under its temp dir, whose path AF_UNIX caps: /tmp, not a deep $TMPDIR
+    "${own_group[@]+"${own_group[@]}"}" ray start --head --block --port "$ray_port" ${RAY_CPUS:+--num-cpus "$RAY_CPUS"} \
+        --include-dashboard=false --disable-usage-stats --temp-dir "/tmp/ray-$(id -u)" >"$ray_log" 2>&1 3>&- &
+    ray_head=$!
+    for ((waited = 0; waited < 120; waited++)); do
+        grep -q "Ray runtime started" "$ray_log" && break
+        kill -0 "$ray_head" 2>/dev/null || break
+        sleep 0.5
+    done
+    RAY_ADDRESS=$(grep -o -m1 "ray start --address='[^']*'" "$ray_log" | cut -d"'" -f2)
+    if [ -z "$RAY_ADDRESS" ]; then
+        echo "launch/local.sh: the Ray head did not start within 60 s; its output:" >&3
+        cat "$ray_log" >&3
+        kill -TERM "$ray_head" 2>/dev/null
+        wait "$ray_head" 2>/dev/null
+        rm -f "$ray_log"
+        exit 1
+    fi
+    export RAY_ADDRESS
+    echo "launch/local.sh: Ray head at $RAY_ADDRESS; CPU-only machines join it with: ray start --address $RAY_ADDRESS" >&3
+fi
+
 pids=()    # every process, by process id
 live=()    # those not yet reaped
 timer=     # a sleep of GRACE seconds, once a process failed or a signal came; when it ends, kill the rest
@@ -56,10 +110,6 @@ on_signal() {  # $1: the status to exit with
 trap 'on_signal 130' INT
 trap 'on_signal 143' TERM
 
-# each process in a session of its own where setsid exists (Linux), so that killing its process group kills what
-# it started too (environment workers)
-own_group=()
-command -v setsid >/dev/null && own_group=(setsid)
 for ((i = 0; i < n; i++)); do
     JAXRL_FRAG_COORDINATOR="127.0.0.1:$port" JAXRL_FRAG_NUM_PROCESSES="$n" JAXRL_FRAG_PROCESS_ID="$i" \
         "${own_group[@]+"${own_group[@]}"}" "$@" 3>&- &
@@ -108,6 +158,11 @@ done 2>/dev/null
 if [ -n "$timer" ]; then
     kill "$timer" 2>/dev/null
     wait "$timer" 2>/dev/null
+fi
+if [ -n "$ray_head" ]; then  # SIGTERM: Ray drains the node and stops every process of it
+    kill -TERM "$ray_head" 2>/dev/null
+    wait "$ray_head" 2>/dev/null
+    rm -f "$ray_log"
 fi
 exec >&-
 wait "$filter" 2>/dev/null  # the filter has written the last lines once every writer has gone

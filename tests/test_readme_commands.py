@@ -161,7 +161,10 @@ def clean_env(home: Path) -> dict[str, str]:
 
 
 def _program(command: str) -> str:
+    """The program ``command`` runs, past the ``NAME=value`` settings before it."""
     words = shlex.split(command, comments=True)
+    while words and re.fullmatch(r"[A-Za-z_]\w*=.*", words[0]):
+        words = words[1:]
     return words[0] if words else ""
 
 
