@@ -3,7 +3,8 @@
 #             the longest learning runs (once the compilation cache holds the suite's programs: 8 to 10 minutes on
 #             2 AMD EPYC cores, 13 to 14 on 2 Intel Xeon cores; see tests/conftest.py and the suite times in benchmarks/RESULTS.md)
 # make test-long: the longest runs (marked long: Atari, Gymnasium, SMAX, Brax, the multi-process actor-learner and
-#             host-environment runs); CI (.ci/run) runs make test, then this
+#             host-environment runs, those on a Ray cluster); not in CI (.ci/run runs make test): run it before
+#             landing a change to what they prove (docs/testing.md)
 # make test-fast: the unit and equivalence tests only, no learning thresholds, no real processes, nor the programs
 #             costliest to compile (the recipe x policy matrix's recurrent and inexact rows, SMAX, boosting's rungs):
 #             under 3 minutes on 2 Intel Xeon cores once the compilation cache holds their programs, 4.3 from empty
