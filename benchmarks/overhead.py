@@ -166,7 +166,7 @@ def main() -> None:
         cells += [f"{returns['fused']:.1f}", f"{returns['framework']:.1f}"]
         print("| " + " | ".join(cells) + " |")
         values |= {"fused_return": returns["fused"], "framework_return": returns["framework"]}
-        records.append(results.record({"envs": num_envs, "steps": total}, values,
+        records.append(results.record({"env": args.env, "envs": num_envs, "steps": total}, values,
                                       f"{jax.devices()[0].device_kind}; jax {jax.__version__}"))
     if args.json:
         results.save(args.json, records)

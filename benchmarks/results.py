@@ -136,7 +136,7 @@ class Table:
 # ---- the tables ----
 
 def overhead_cells(w: dict[str, Any], v: dict[str, Any]) -> list[str]:
-    return [str(w["envs"]), steps(w["steps"]), f"**{v['train_ratio']:.3f}** ({v['train_per_repeat']:.3f})",
+    return [w["env"], str(w["envs"]), steps(w["steps"]), f"**{v['train_ratio']:.3f}** ({v['train_per_repeat']:.3f})",
             f"**{v['compile_ratio']:.3f}** ({v['compile_per_repeat']:.3f})",
             f"{v['fused_train_s']:.2f} / {v['framework_train_s']:.2f}",
             f"{v['fused_compile_s']:.2f} / {v['framework_compile_s']:.2f}",
@@ -145,10 +145,11 @@ def overhead_cells(w: dict[str, Any], v: dict[str, Any]) -> list[str]:
 
 overhead = Table(
     "overhead", "Framework PPO against the hand-fused yardstick",
-    ("envs", "steps", "train ratio (per-repeat)", "compile ratio (per-repeat)", "train s, fused / framework",
+    ("env", "envs", "steps", "train ratio (per-repeat)", "compile ratio (per-repeat)", "train s, fused / framework",
      "compile s, fused / framework", "final return, fused / framework"), overhead_cells,
-    "PPO on CartPole-v1 at the hand-fused yardstick's settings (`../shared/bench/fused_ppo.py`: 128 steps per "
-    "environment, 4 epochs x 4 minibatches, 2x64 tanh), both in one process, alternating, fresh compiles. Ratio = "
+    "PPO on gymnax's CartPole-v1 and Acrobot-v1 (`--env`) at the hand-fused yardstick's settings "
+    "(`../shared/bench/fused_ppo.py`: 128 steps per environment, 4 epochs x 4 minibatches, 2x64 tanh), both in one "
+    "process, alternating, fresh compiles. Ratio = "
     "framework / fused of the median seconds (wall time): below 1.00 the framework is faster; in brackets the median "
     "of the per-repeat ratios. HISTORY.md holds no accelerator (H200) measurement of this benchmark: every row is "
     "from a 2-core CPU.",
