@@ -1,7 +1,8 @@
 """Environment workers as Ray actors on other nodes (``--env-backend ray``) against local
 worker processes (``--env-backend processes``), the same count of each, side by side.
 
-    python benchmarks/ray_fleet.py [--envs ale:Breakout gymnasium:Acrobot-v1] [--workers 1 2 4]
+    python benchmarks/ray_fleet.py [--envs ale:Breakout gymnasium:Acrobot-v1 gymnasium:slow_env:SlowCartPole-v0]
+                                   [--workers 1 2 4]
                                    [--num-envs 8] [--steps 300] [--pairs 3]
     python benchmarks/ray_fleet.py --train [--envs gymnasium:CartPole-v1] [--workers 2] [--train-steps 32768]
 
@@ -13,7 +14,9 @@ worker) with random
 actions, each group sent and received in turn as the environment ring does, ``--steps``
 steps a timing, alternating ray and local ``--pairs`` times from pools already up;
 prints environment steps per second of each and the ratio ray / local (the median of the
-pairs'). A remote worker's cost per step, over a local one's, is read off the same
+pairs'). ``gymnasium:slow_env:SlowCartPole-v0`` is this folder's slow pure-Python
+environment (``slow_env.py``, about 1 ms a step): the folder goes on ``PYTHONPATH`` for the
+nodes and workers to import it. A remote worker's cost per step, over a local one's, is read off the same
 timings: ``(1 / sps_ray - 1 / sps_local) * num_envs`` seconds a step of the batch.
 
 ``--train``: whole PPO runs instead (``--num-envs`` environments of 64 steps, the ring
@@ -24,8 +27,10 @@ on), each side compiled once and run ``--train-steps`` steps from a fresh state
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -80,7 +85,8 @@ def train(address: str, args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", nargs="+", default=["ale:Breakout", "gymnasium:Acrobot-v1"])
+    parser.add_argument("--envs", nargs="+",
+                        default=["ale:Breakout", "gymnasium:Acrobot-v1", "gymnasium:slow_env:SlowCartPole-v0"])
     parser.add_argument("--workers", nargs="+", type=int, default=[1, 2, 4])
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=300)
@@ -88,6 +94,8 @@ def main() -> None:
     parser.add_argument("--train", action="store_true", help="time whole PPO runs instead of the pools alone")
     parser.add_argument("--train-steps", type=int, default=32768)
     args = parser.parse_args()
+    here = str(Path(__file__).resolve().parent)  # slow_env.py's folder (this script's: on sys.path), for every worker
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
 
     import ray
     from ray.cluster_utils import Cluster

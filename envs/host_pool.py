@@ -17,8 +17,9 @@ is isolated and named. ``InProcessPool`` runs each group in this process: Atari 
 on ale-py's own threads, which step while the caller goes on, without any IPC.
 
 Ids name a family and an environment: ``gymnasium:<id>`` is any Gymnasium id (its
-wrappers and time limit included), ``ale:<Game>`` an Atari game with the standard
-preprocessing (``AtariGames``). Episodes reset themselves within the step: a step that
+wrappers and time limit included; ``gymnasium:<module>:<id>`` imports the module that
+registers the id first, here and in every worker), ``ale:<Game>`` an Atari game with
+the standard preprocessing (``AtariGames``). Episodes reset themselves within the step: a step that
 ends an episode returns the next episode's first observation in ``obs`` and the one
 that ended it in ``final_obs``, ``terminated`` and ``truncated`` kept apart, and the
 episode's score and length. ``reset(seeds)`` seeds environment ``i`` with ``seeds[i]``,
@@ -103,8 +104,17 @@ def worker_id(env_id: str) -> str:
         return f"ale:{rom_id(name)}"
     import gymnasium
 
-    if name not in gymnasium.registry:
-        hint = did_you_mean(name, gymnasium.registry, lambda c: "gymnasium:" + c)
+    module, _, registered = name.rpartition(":")  # Gymnasium's module:id, the module registering the id
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ConfigError("env", env_id, f"cannot import {module!r} ({error}), the module that registers "
+                                             f"{registered!r}: install it, or put its folder on PYTHONPATH (every "
+                                             "worker imports it too)") from None
+    if registered not in gymnasium.registry:
+        prefix = f"gymnasium:{module}:" if module else "gymnasium:"
+        hint = did_you_mean(registered, gymnasium.registry, lambda c: prefix + c)
         raise ConfigError("env", env_id, f"no such Gymnasium environment; {hint}see gymnasium.registry")
     return env_id
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import gymnasium
 import numpy as np
@@ -109,6 +110,31 @@ def test_a_killed_worker_is_named_and_nothing_is_left_running() -> None:
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)  # reaped, not a zombie
+
+
+@pytest.mark.parametrize("kind", POOLS)
+def test_an_environment_of_ones_own_module_steps_in_every_worker(kind: str, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gymnasium:<module>:<id>``: a module on PYTHONPATH that registers CartPole's class under an id of its own,
+    imported here and by every worker, steps as CartPole-v1 does; a module that cannot be imported and an id the
+    module does not register are refused, naming them."""
+    (tmp_path / "my_envs.py").write_text(
+        "import gymnasium\n"
+        "gymnasium.register('MyCartPole-v0', entry_point='gymnasium.envs.classic_control.cartpole:CartPoleEnv', "
+        "max_episode_steps=500)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    actions = np.random.default_rng(1).integers(0, 2, size=(100, NUM_ENVS))
+    expected = reference(actions)
+    with POOLS[kind]("gymnasium:my_envs:MyCartPole-v0", NUM_ENVS, groups=2) as pool:
+        np.testing.assert_array_equal(pool.reset(SEED), expected[0][0])
+        for step_actions, want in zip(actions, expected[1:], strict=True):
+            for got, column in zip(pool.step(step_actions), want, strict=True):
+                np.testing.assert_array_equal(got, column)
+    with pytest.raises(ConfigError, match=r"cannot import 'no_such_module'.*PYTHONPATH"):
+        HostEnvPool("gymnasium:no_such_module:MyCartPole-v0", 4)
+    with pytest.raises(ConfigError, match="did you mean gymnasium:my_envs:MyCartPole-v0"):
+        HostEnvPool("gymnasium:my_envs:MyCartPol-v0", 4)
 
 
 def test_an_environment_that_raises_is_named_with_its_traceback() -> None:
