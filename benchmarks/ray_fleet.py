@@ -5,6 +5,7 @@ worker processes (``--env-backend processes``), the same count of each, side by 
                                    [--workers 1 2 4]
                                    [--num-envs 8] [--steps 300] [--pairs 3]
     python benchmarks/ray_fleet.py --train [--envs gymnasium:CartPole-v1] [--workers 2] [--train-steps 32768]
+    ... --json benchmarks/results/host_envs.json: each row a record of RESULTS.md's host environments table
 
 A local Ray cluster on this machine (``ray.cluster_utils.Cluster``: a head with no CPUs
 for workers and two nodes of 2 CPUs with the resource ``envs``, as tests/test_host_ray.py
@@ -31,8 +32,11 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import results
+from host_envs import ratio_record
 
 
 def steps_per_second(pool: object, num_envs: int, steps: int, actions: int, seed: int) -> float:
@@ -53,7 +57,7 @@ def steps_per_second(pool: object, num_envs: int, steps: int, actions: int, seed
     return num_envs * steps / seconds
 
 
-def train(address: str, args: argparse.Namespace) -> None:
+def train(address: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """PPO's training steps per second with the workers on the cluster's nodes and in local processes."""
     import jax
 
@@ -61,6 +65,7 @@ def train(address: str, args: argparse.Namespace) -> None:
 
     print("| environment | workers | ray steps/s | local steps/s | ray / local (pairs) |")
     print("|---|---|---|---|---|")
+    records = []
     for env in args.envs:
         for workers in args.workers:
             groups = 2 if workers % 2 == 0 else 1
@@ -81,6 +86,10 @@ def train(address: str, args: argparse.Namespace) -> None:
             print(f"| {env} | {workers} | {statistics.median(sps['ray']):,.0f} | "
                   f"{statistics.median(sps['local']):,.0f} | **{statistics.median(ratios):.2f}x** "
                   f"({', '.join(f'{r:.2f}' for r in ratios)}) |", flush=True)
+            records.append(ratio_record(f"Ray actors on CPU nodes, {workers}", f"local worker processes, {workers}",
+                                        f"{env}: PPO's training steps, {args.num_envs} envs", ratios,
+                                        (sps["ray"], sps["local"])))
+    return records
 
 
 def main() -> None:
@@ -93,6 +102,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--train", action="store_true", help="time whole PPO runs instead of the pools alone")
     parser.add_argument("--train-steps", type=int, default=32768)
+    parser.add_argument("--json", type=Path, help="put the figures into this records file "
+                                                  "(benchmarks/results/host_envs.json: RESULTS.md's table)")
     args = parser.parse_args()
     here = str(Path(__file__).resolve().parent)  # slow_env.py's folder (this script's: on sys.path), for every worker
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
@@ -107,9 +118,10 @@ def main() -> None:
     for _ in range(2):
         cluster.add_node(num_cpus=2, resources={"envs": 1})
     ray.init(address=cluster.address, log_to_driver=False)
+    records = []
     try:
         if args.train:
-            train(cluster.address, args)
+            records = train(cluster.address, args)
             return
         print("| environment | workers | ray steps/s | local steps/s | ray / local (pairs) | remote cost a batch step |")
         print("|---|---|---|---|---|---|")
@@ -133,11 +145,16 @@ def main() -> None:
                 print(f"| {env} | {workers} | {statistics.median(sps['ray']):,.0f} | "
                       f"{statistics.median(sps['local']):,.0f} | **{statistics.median(ratios):.2f}x** "
                       f"({', '.join(f'{r:.2f}' for r in ratios)}) | {cost * 1e3:+.2f} ms |", flush=True)
+                records.append(ratio_record(f"Ray actors on CPU nodes, {workers}", f"local worker processes, {workers}",
+                                            f"{env}: stepping {args.num_envs} envs (random actions)", ratios,
+                                            (sps["ray"], sps["local"])))
                 ray_pool.close()
                 local.close()
     finally:
         ray.shutdown()
         cluster.shutdown()
+        if args.json and records:
+            results.save(args.json, records)
 
 
 if __name__ == "__main__":
