@@ -44,9 +44,9 @@ CACHE_BYTES = 2 * 2**30
 SLOW_MODULES = ("test_multiprocess.py", "test_packaging.py", "test_plugins.py", "test_host_envs.py", "test_host_pool.py",
                 "test_host_ray.py")
 # under pytest-xdist modules go to the two workers in this order, the costliest first so that no worker is left with
-# a long one at the end: the Atari test is the longest of make test-long, the recipe x policy matrix (60 programs)
-# the largest module of make test
-FIRST_MODULES = ("test_host_envs.py", "test_matrix.py")
+# a long one at the end: the documents' commands (one test of about 8 minutes in make test, 6 in make test-long) and
+# the Atari test are the longest, the recipe x policy matrix (60 programs) the largest module of make test
+FIRST_MODULES = ("test_readme_commands.py", "test_host_envs.py", "test_matrix.py")
 
 
 def prune(cache: Path, max_bytes: int) -> None:
