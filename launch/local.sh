@@ -12,7 +12,8 @@
 # running then are killed (SIGKILL), and this script exits with the first failed
 # process's status: a dead peer never leaves the rest hanging. Interrupted (Ctrl-C,
 # SIGTERM), it passes SIGTERM on, gives the processes GRACE seconds to stop with a
-# checkpoint, kills those still running, and exits with 130 (143 for SIGTERM). The
+# checkpoint, kills those still running, and exits with 130 (143 for SIGTERM); interrupted
+# before it has started them, it starts none (and stops the Ray head below). The
 # "[Gloo] Rank I is connected to ..." lines gloo's C++ code prints are left out.
 #
 # RAY=1 first starts a Ray cluster's head on this machine (`ray start --head`, port
@@ -39,14 +40,48 @@ filter=$!
 # this script's own messages; the loop that waits for the processes writes its stderr nowhere: bash's notes of the
 # jobs it killed (which the messages say) are all it would hold
 exec 3>&2
+
+pids=()    # every process, by process id
+live=()    # those not yet reaped
+timer=     # a sleep of GRACE seconds, once a process failed or a signal came; when it ends, kill the rest
+killed=
+status=0
+
+start_timer() {
+    if [ -z "$timer" ] && [ -z "$killed" ]; then
+        sleep "$grace" &
+        timer=$!
+    fi
+}
+
+# shellcheck disable=SC2329  # called by the traps below
+on_signal() {  # $1: the status to exit with
+    ((status == 0)) && status=$1
+    ((${#pids[@]})) || return 0  # none started yet: the script ends before it starts them
+    echo "launch/local.sh: interrupted; stopping the processes (killed after ${grace} s)" >&3
+    ((${#live[@]})) && kill -TERM "${live[@]}" 2>/dev/null
+    start_timer
+}
+# set before anything runs in the foreground: bash runs a trap once the command in progress has ended, where without
+# one a SIGINT to this script alone (not its group) is dropped if that command did not die of it too
+trap 'on_signal 130' INT
+trap 'on_signal 143' TERM
+
+ray_head=  # RAY=1: the `ray start --head --block` this script started
+ray_log=
+stop_ray_head() {  # SIGTERM to it: Ray drains the node and stops every process of it
+    [ -n "$ray_head" ] || return 0
+    kill -TERM "$ray_head" 2>/dev/null
+    wait "$ray_head" 2>/dev/null
+    rm -f "$ray_log"
+}
+
 port=${JAXRL_FRAG_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 # each process in a session of its own where setsid exists (Linux), so that killing its process group kills what
 # it started too (environment workers)
 own_group=()
 command -v setsid >/dev/null && own_group=(setsid)
 
-ray_head=  # RAY=1: the `ray start --head --block` this script started
-ray_log=
 if [ -n "${RAY:-}" ]; then
     if [ "$RAY" != 1 ]; then
         echo "launch/local.sh: RAY=$RAY: RAY=1 starts a Ray head for the processes; leave RAY unset for none" >&3
@@ -69,47 +104,29 @@ if [ -n "${RAY:-}" ]; then
     "${own_group[@]+"${own_group[@]}"}" ray start --head --block --port "$ray_port" ${RAY_CPUS:+--num-cpus "$RAY_CPUS"} \
         --include-dashboard=false --disable-usage-stats --temp-dir "/tmp/ray-$(id -u)" >"$ray_log" 2>&1 3>&- &
     ray_head=$!
-    for ((waited = 0; waited < 120; waited++)); do
+    for ((waited = 0; waited < 120 && status == 0; waited++)); do
         grep -q "Ray runtime started" "$ray_log" && break
         kill -0 "$ray_head" 2>/dev/null || break
         sleep 0.5
     done
     RAY_ADDRESS=$(grep -o -m1 "ray start --address='[^']*'" "$ray_log" | cut -d"'" -f2)
-    if [ -z "$RAY_ADDRESS" ]; then
+    if [ -z "$RAY_ADDRESS" ] && ((status == 0)); then
         echo "launch/local.sh: the Ray head did not start within 60 s; its output:" >&3
         cat "$ray_log" >&3
-        kill -TERM "$ray_head" 2>/dev/null
-        wait "$ray_head" 2>/dev/null
-        rm -f "$ray_log"
+        stop_ray_head
         exit 1
     fi
-    export RAY_ADDRESS
-    echo "launch/local.sh: Ray head at $RAY_ADDRESS; CPU-only machines join it with: ray start --address $RAY_ADDRESS" >&3
+    if ((status == 0)); then
+        export RAY_ADDRESS
+        echo "launch/local.sh: Ray head at $RAY_ADDRESS; CPU-only machines join it with: ray start --address $RAY_ADDRESS" >&3
+    fi
 fi
 
-pids=()    # every process, by process id
-live=()    # those not yet reaped
-timer=     # a sleep of GRACE seconds, once a process failed or a signal came; when it ends, kill the rest
-killed=
-status=0
-
-start_timer() {
-    if [ -z "$timer" ] && [ -z "$killed" ]; then
-        sleep "$grace" &
-        timer=$!
-    fi
-}
-
-# shellcheck disable=SC2329  # called by the traps below
-on_signal() {  # $1: the status to exit with
-    ((status == 0)) && status=$1
-    echo "launch/local.sh: interrupted; stopping the processes (killed after ${grace} s)" >&3
-    ((${#live[@]})) && kill -TERM "${live[@]}" 2>/dev/null
-    start_timer
-}
-trap 'on_signal 130' INT
-trap 'on_signal 143' TERM
-
+if ((status)); then
+    echo "launch/local.sh: interrupted before the processes started" >&3
+    stop_ray_head
+    exit "$status"
+fi
 for ((i = 0; i < n; i++)); do
     JAXRL_FRAG_COORDINATOR="127.0.0.1:$port" JAXRL_FRAG_NUM_PROCESSES="$n" JAXRL_FRAG_PROCESS_ID="$i" \
         "${own_group[@]+"${own_group[@]}"}" "$@" 3>&- &
@@ -159,11 +176,7 @@ if [ -n "$timer" ]; then
     kill "$timer" 2>/dev/null
     wait "$timer" 2>/dev/null
 fi
-if [ -n "$ray_head" ]; then  # SIGTERM: Ray drains the node and stops every process of it
-    kill -TERM "$ray_head" 2>/dev/null
-    wait "$ray_head" 2>/dev/null
-    rm -f "$ray_log"
-fi
+stop_ray_head
 exec >&-
 wait "$filter" 2>/dev/null  # the filter has written the last lines once every writer has gone
 exit "$status"

@@ -208,6 +208,53 @@ def test_local_sh_interrupted_stops_every_process(tmp_path: Path, sig: signal.Si
     assert tagged(token) == []
 
 
+def test_local_sh_refuses_a_bad_ray_setting_and_a_missing_ray(tmp_path: Path) -> None:
+    child = tmp_path / "child.sh"
+    child.write_text(f"#!/usr/bin/env bash\ntouch {tmp_path / 'started'}\n")
+    child.chmod(0o755)
+    for extra, message in (({"RAY": "2"}, "launch/local.sh: RAY=2: RAY=1 starts a Ray head for the processes; "
+                                          "leave RAY unset for none"),
+                           ({"RAY": "1", "PATH": "/usr/bin:/bin"},  # no ray command there
+                            "launch/local.sh: RAY=1 needs Ray's command line on PATH: pip install 'jaxrl_frag[ray]'")):
+        done = subprocess.run([LAUNCH, "2", str(child)], env=clean_env(**extra), capture_output=True, text=True,
+                              timeout=30)
+        assert (done.returncode, done.stderr.strip()) == (2, message)
+    assert not (tmp_path / "started").exists()
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_local_sh_interrupted_while_its_ray_head_starts_starts_no_process(tmp_path: Path, sig: signal.Signals,
+                                                                          status: int) -> None:
+    """A signal to the script alone while it waits for its Ray head (a ``ray`` that never starts one) ends it
+    within seconds with the signal's status, the head stopped and no process started (a SIGINT had been dropped
+    there, a foreground ``sleep`` not dying of it, and the script went on waiting for a minute)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    head = tmp_path / "head.pid"
+    (bin_dir / "ray").write_text(f"#!/usr/bin/env bash\necho $$ > {head}\nexec sleep 60\n")
+    (bin_dir / "ray").chmod(0o755)
+    child = tmp_path / "child.sh"
+    child.write_text(f"#!/usr/bin/env bash\ntouch {tmp_path / 'started'}\n")
+    child.chmod(0o755)
+    proc = subprocess.Popen([LAUNCH, "2", str(child)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=clean_env(RAY="1", PATH=f"{bin_dir}:/usr/bin:/bin"))
+    try:
+        deadline = time.monotonic() + 10
+        while not head.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)  # inside the wait for the head
+        start = time.monotonic()
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == status, err
+    assert time.monotonic() - start < 5
+    assert err.strip() == "launch/local.sh: interrupted before the processes started"
+    assert not (tmp_path / "started").exists()
+    assert not Path(f"/proc/{head.read_text().strip()}").exists()  # the head's process stopped
+
+
 # what gloo's C++ code prints as the processes connect
 GLOO = "[Gloo] Rank $JAXRL_FRAG_PROCESS_ID is connected to 1 peer ranks. Expected number of connected peer ranks is : 1"
 
