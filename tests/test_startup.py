@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -190,17 +191,9 @@ def test_local_sh_kills_a_process_that_ignores_sigterm_after_the_grace_period(tm
 def test_local_sh_interrupted_stops_every_process(tmp_path: Path, sig: signal.Signals, status: int) -> None:
     token = uuid.uuid4().hex
     proc = local_sh(tmp_path, "trap '' TERM\nsleep 60 &\nwait", token)
-    try:
-        deadline = time.monotonic() + 10
-        while len(sleeping(token)) < 2 and time.monotonic() < deadline:  # both processes are under way
-            time.sleep(0.05)
-        start = time.monotonic()
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
+    err, seconds = interrupt(proc, sig, lambda: len(sleeping(token)) == 2)  # once both processes are under way
     assert proc.returncode == status, err
-    assert time.monotonic() - start < 10
+    assert seconds < 10
     assert err.splitlines() == ["launch/local.sh: interrupted; stopping the processes (killed after 1 s)",
                                 "launch/local.sh: process 0 still running after 1 s; killed",
                                 "launch/local.sh: process 1 still running after 1 s; killed"], err
@@ -208,10 +201,30 @@ def test_local_sh_interrupted_stops_every_process(tmp_path: Path, sig: signal.Si
     assert tagged(token) == []
 
 
-def test_local_sh_refuses_a_bad_ray_setting_and_a_missing_ray(tmp_path: Path) -> None:
+def interrupt(proc: subprocess.Popen[str], sig: signal.Signals, ready: Callable[[], bool]) -> tuple[str, float]:
+    """``sig`` sent to ``proc`` once ``ready()`` (or after 10 s): its stderr, and the seconds it then took to end."""
+    try:
+        deadline = time.monotonic() + 10
+        while not ready() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        start = time.monotonic()
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+        return err, time.monotonic() - start
+    finally:
+        proc.kill()
+
+
+def starting_child(tmp_path: Path) -> Path:
+    """A command that leaves the file ``started`` beside it once it runs."""
     child = tmp_path / "child.sh"
     child.write_text(f"#!/usr/bin/env bash\ntouch {tmp_path / 'started'}\n")
     child.chmod(0o755)
+    return child
+
+
+def test_local_sh_refuses_a_bad_ray_setting_and_a_missing_ray(tmp_path: Path) -> None:
+    child = starting_child(tmp_path)
     for extra, message in (({"RAY": "2"}, "launch/local.sh: RAY=2: RAY=1 starts a Ray head for the processes; "
                                           "leave RAY unset for none"),
                            ({"RAY": "1", "PATH": "/usr/bin:/bin"},  # no ray command there
@@ -233,23 +246,11 @@ def test_local_sh_interrupted_while_its_ray_head_starts_starts_no_process(tmp_pa
     head = tmp_path / "head.pid"
     (bin_dir / "ray").write_text(f"#!/usr/bin/env bash\necho $$ > {head}\nexec sleep 60\n")
     (bin_dir / "ray").chmod(0o755)
-    child = tmp_path / "child.sh"
-    child.write_text(f"#!/usr/bin/env bash\ntouch {tmp_path / 'started'}\n")
-    child.chmod(0o755)
-    proc = subprocess.Popen([LAUNCH, "2", str(child)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=clean_env(RAY="1", PATH=f"{bin_dir}:/usr/bin:/bin"))
-    try:
-        deadline = time.monotonic() + 10
-        while not head.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.2)  # inside the wait for the head
-        start = time.monotonic()
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
+    proc = subprocess.Popen([LAUNCH, "2", str(starting_child(tmp_path))], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=clean_env(RAY="1", PATH=f"{bin_dir}:/usr/bin:/bin"))
+    err, seconds = interrupt(proc, sig, head.exists)  # once the script waits for its head
     assert proc.returncode == status, err
-    assert time.monotonic() - start < 5
+    assert seconds < 5
     assert err.strip() == "launch/local.sh: interrupted before the processes started"
     assert not (tmp_path / "started").exists()
     assert not Path(f"/proc/{head.read_text().strip()}").exists()  # the head's process stopped
