@@ -155,11 +155,18 @@ def test_processes_with_different_counts_are_refused(tmp_path: Path) -> None:
     assert "give every process the same --num-processes" in other.stderr
 
 
+def as_from_a_terminal() -> None:
+    """SIGINT at its default in the launched script, as a terminal starts it, whatever this process inherited: a suite
+    started in the background of a script has SIGINT ignored (POSIX), a disposition that bash cannot trap or reset."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def local_sh(tmp_path: Path, body: str, token: str, grace: str = "1") -> subprocess.Popen[str]:
     child = tmp_path / "child.sh"
     child.write_text(f"#!/usr/bin/env bash\n{body}\n")
     child.chmod(0o755)
     return subprocess.Popen([LAUNCH, "2", str(child)], env=clean_env(GRACE=grace, TEST_TOKEN=token),
+                            preexec_fn=as_from_a_terminal,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -246,7 +253,7 @@ def test_local_sh_interrupted_while_its_ray_head_starts_starts_no_process(tmp_pa
     head = tmp_path / "head.pid"
     (bin_dir / "ray").write_text(f"#!/usr/bin/env bash\necho $$ > {head}\nexec sleep 60\n")
     (bin_dir / "ray").chmod(0o755)
-    proc = subprocess.Popen([LAUNCH, "2", str(starting_child(tmp_path))], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([LAUNCH, "2", str(starting_child(tmp_path))], stdout=subprocess.PIPE, preexec_fn=as_from_a_terminal,
                             stderr=subprocess.PIPE, text=True, env=clean_env(RAY="1", PATH=f"{bin_dir}:/usr/bin:/bin"))
     err, seconds = interrupt(proc, sig, head.exists)  # once the script waits for its head
     assert proc.returncode == status, err
