@@ -57,6 +57,48 @@ def steps_per_second(pool: object, num_envs: int, steps: int, actions: int, seed
     return num_envs * steps / seconds
 
 
+def row(env: str, workers: int, sps: dict[str, list[float]], what: str, more: str = "") -> dict[str, Any]:
+    """Print the table's row of ``sps`` (steps/s of each side, pair by pair; ``more``: the row's further cells) and
+    return its record."""
+    ratios = [r / loc for r, loc in zip(sps["ray"], sps["local"], strict=True)]
+    print(f"| {env} | {workers} | {statistics.median(sps['ray']):,.0f} | {statistics.median(sps['local']):,.0f} | "
+          f"**{statistics.median(ratios):.2f}x** ({', '.join(f'{r:.2f}' for r in ratios)}) |{more}", flush=True)
+    return ratio_record(f"Ray actors on CPU nodes, {workers}", f"local worker processes, {workers}", f"{env}: {what}",
+                        ratios, (sps["ray"], sps["local"]))
+
+
+def pools(address: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The pools alone: environment steps per second of Ray actors on the cluster's nodes and of local worker
+    processes, and a remote worker's cost a step of the batch."""
+    from jaxrl_frag.envs.host_pool import HostEnvPool, environments
+    from jaxrl_frag.envs.host_ray import RayPool
+
+    print("| environment | workers | ray steps/s | local steps/s | ray / local (pairs) | remote cost a batch step |")
+    print("|---|---|---|---|---|---|")
+    records = []
+    for env in args.envs:
+        for workers in args.workers:
+            groups = 2 if workers % 2 == 0 else 1  # the ring's 2 groups where the workers divide into them
+            ray_pool = RayPool(env, args.num_envs, workers, groups, address=address, worker_resource="envs")
+            local = HostEnvPool(env, args.num_envs, workers, groups)
+            probe = environments(env, 1, {})
+            actions = int(probe.action_space.n)
+            probe.close()
+            sps: dict[str, list[float]] = {"ray": [], "local": []}
+            steps_per_second(ray_pool, args.num_envs, 5, actions, 0)  # warm: actors up, games loaded
+            steps_per_second(local, args.num_envs, 5, actions, 0)
+            for pair in range(args.pairs):
+                for name, pool in (("ray", ray_pool), ("local", local))[:: 1 if pair % 2 == 0 else -1]:
+                    sps[name].append(steps_per_second(pool, args.num_envs, args.steps, actions, pair))
+            cost = statistics.median([(1 / r - 1 / loc) * args.num_envs
+                                      for r, loc in zip(sps["ray"], sps["local"], strict=True)])
+            records.append(row(env, workers, sps, f"stepping {args.num_envs} envs (random actions)",
+                               f" {cost * 1e3:+.2f} ms |"))
+            ray_pool.close()
+            local.close()
+    return records
+
+
 def train(address: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """PPO's training steps per second with the workers on the cluster's nodes and in local processes."""
     import jax
@@ -82,13 +124,7 @@ def train(address: str, args: argparse.Namespace) -> list[dict[str, Any]]:
                     start = time.perf_counter()
                     programs[name].run(jax.random.PRNGKey(pair))
                     sps[name].append(args.train_steps / (time.perf_counter() - start))
-            ratios = [r / loc for r, loc in zip(sps["ray"], sps["local"], strict=True)]
-            print(f"| {env} | {workers} | {statistics.median(sps['ray']):,.0f} | "
-                  f"{statistics.median(sps['local']):,.0f} | **{statistics.median(ratios):.2f}x** "
-                  f"({', '.join(f'{r:.2f}' for r in ratios)}) |", flush=True)
-            records.append(ratio_record(f"Ray actors on CPU nodes, {workers}", f"local worker processes, {workers}",
-                                        f"{env}: PPO's training steps, {args.num_envs} envs", ratios,
-                                        (sps["ray"], sps["local"])))
+            records.append(row(env, workers, sps, f"PPO's training steps, {args.num_envs} envs"))
     return records
 
 
@@ -111,50 +147,17 @@ def main() -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from jaxrl_frag.envs.host_pool import HostEnvPool, environments
-    from jaxrl_frag.envs.host_ray import RayPool
-
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     for _ in range(2):
         cluster.add_node(num_cpus=2, resources={"envs": 1})
     ray.init(address=cluster.address, log_to_driver=False)
-    records = []
     try:
-        if args.train:
-            records = train(cluster.address, args)
-            return
-        print("| environment | workers | ray steps/s | local steps/s | ray / local (pairs) | remote cost a batch step |")
-        print("|---|---|---|---|---|---|")
-        for env in args.envs:
-            for workers in args.workers:
-                groups = 2 if workers % 2 == 0 else 1  # the ring's 2 groups where the workers divide into them
-                ray_pool = RayPool(env, args.num_envs, workers, groups, address=cluster.address, worker_resource="envs")
-                local = HostEnvPool(env, args.num_envs, workers, groups)
-                probe = environments(env, 1, {})
-                actions = int(probe.action_space.n)
-                probe.close()
-                sps: dict[str, list[float]] = {"ray": [], "local": []}
-                steps_per_second(ray_pool, args.num_envs, 5, actions, 0)  # warm: actors up, games loaded
-                steps_per_second(local, args.num_envs, 5, actions, 0)
-                for pair in range(args.pairs):
-                    for name, pool in (("ray", ray_pool), ("local", local))[:: 1 if pair % 2 == 0 else -1]:
-                        sps[name].append(steps_per_second(pool, args.num_envs, args.steps, actions, pair))
-                ratios = [r / loc for r, loc in zip(sps["ray"], sps["local"], strict=True)]
-                cost = statistics.median([(1 / r - 1 / loc) * args.num_envs
-                                          for r, loc in zip(sps["ray"], sps["local"], strict=True)])
-                print(f"| {env} | {workers} | {statistics.median(sps['ray']):,.0f} | "
-                      f"{statistics.median(sps['local']):,.0f} | **{statistics.median(ratios):.2f}x** "
-                      f"({', '.join(f'{r:.2f}' for r in ratios)}) | {cost * 1e3:+.2f} ms |", flush=True)
-                records.append(ratio_record(f"Ray actors on CPU nodes, {workers}", f"local worker processes, {workers}",
-                                            f"{env}: stepping {args.num_envs} envs (random actions)", ratios,
-                                            (sps["ray"], sps["local"])))
-                ray_pool.close()
-                local.close()
+        records = (train if args.train else pools)(cluster.address, args)
     finally:
         ray.shutdown()
         cluster.shutdown()
-        if args.json and records:
-            results.save(args.json, records)
+    if args.json:
+        results.save(args.json, records)
 
 
 if __name__ == "__main__":

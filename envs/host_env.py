@@ -69,6 +69,8 @@ def _probe(env_id: str, kwargs: dict[str, Any]) -> Any:
     dependency that is not installed (gymnasium's Box2D or MuJoCo environments)."""
     try:
         return environments(env_id, 1, kwargs)
+    except ConfigError:  # the id refused with its own reason (a module of one's own that does not import, a typo)
+        raise
     except Exception as error:
         missing = _missing_dependency(error)
         if missing is None:

@@ -19,11 +19,11 @@ on ale-py's own threads, which step while the caller goes on, without any IPC.
 Ids name a family and an environment: ``gymnasium:<id>`` is any Gymnasium id (its
 wrappers and time limit included; ``gymnasium:<module>:<id>`` imports the module that
 registers the id first, here and in every worker), ``ale:<Game>`` an Atari game with
-the standard preprocessing (``AtariGames``). Episodes reset themselves within the step: a step that
-ends an episode returns the next episode's first observation in ``obs`` and the one
-that ended it in ``final_obs``, ``terminated`` and ``truncated`` kept apart, and the
-episode's score and length. ``reset(seeds)`` seeds environment ``i`` with ``seeds[i]``,
-so a pool's steps depend only on the seeds and the actions. A worker that dies, raises
+the standard preprocessing (``AtariGames``). Episodes reset themselves within the
+step: a step that ends an episode returns the next episode's first observation in
+``obs`` and the one that ended it in ``final_obs``, ``terminated`` and ``truncated``
+kept apart, and the episode's score and length. ``reset(seeds)`` seeds environment
+``i`` with ``seeds[i]``, so a pool's steps depend only on the seeds and the actions. A worker that dies, raises
 or stops answering is reported with the environments it held, and the whole pool is
 shut down: no process is left behind. Both pools compute the same steps.
 """

@@ -79,6 +79,9 @@ CASES = [
     (["train", "a2c", "--env", "CartPole-v1", "--boost", "gns"], ["num_minibatches=1", "at least 2 minibatches"]),
     # host environments
     (["train", "ppo", "--env", "gymnasium:CartPol-v1"], ["env='gymnasium:CartPol-v1'", "did you mean gymnasium:CartPole-v1"]),
+    # Gymnasium's module:id: the module's own name and where to put it, not a pip install of it
+    (["train", "ppo", "--env", "gymnasium:no_such_module:MyEnv-v0"],
+     ["env='gymnasium:no_such_module:MyEnv-v0'", "cannot import 'no_such_module'", "put its folder on PYTHONPATH"]),
     (["train", "ppo", "--env", "ale:Breakot"], ["env='ale:Breakot'", "no such Atari game", "did you mean ale:Breakout"]),
     (["train", "ppo", "--env", "gymnasium:CartPole-v1", "--env-groups", "3"], ["env_groups=3", "divide num_envs = 4"]),
     (["train", "ppo", "--env", "gymnasium:CartPole-v1", "--env-workers", "3"], ["env_workers=3", "multiple of env_groups"]),
