@@ -19,6 +19,9 @@ from jaxrl_frag.transforms import Population
 ON_POLICY = dict(num_envs=8, num_steps=16, total_steps=8 * 16 * 4, num_minibatches=2)  # 4 iterations
 OFF_POLICY = dict(num_envs=8, num_steps=4, total_steps=8 * 4 * 4, num_updates=2, minibatch_size=32, buffer_size=256,
                   learning_starts=64)  # 4 iterations, gradient steps from the second on
+# two epochs, not the recipes' four: the second still reshuffles whole environments, and the programs, which run slowly
+# as the suite compiles them (XLA's cheaper optimizations, 4 devices on 2 cores), take half as long to run
+RECURRENT = {**ON_POLICY, "memory": "gru", "num_epochs": 2}
 MULTI_AGENT = "jaxmarl:switch_riddle"
 SMALL = {
     "ppo": ("CartPole-v1", ON_POLICY),
@@ -38,10 +41,10 @@ SMALL = {
     "pqn": ("CartPole-v1", ON_POLICY),
     "pqn-vdn": (MULTI_AGENT, ON_POLICY),
     # a recurrent policy: its memory is split with the environments, its minibatches are whole environments
-    "ppo-gru": ("CartPole-v1@obs=0,2", {**ON_POLICY, "memory": "gru"}),
+    "ppo-gru": ("CartPole-v1@obs=0,2", RECURRENT),
     # a memory per agent, one recurrent torso per agent (stacked parameters) and a centralised critic
-    "mappo-gru": (MULTI_AGENT, {**ON_POLICY, "memory": "gru", "shared_params": False}),
-    "pqn-gru": ("CartPole-v1@obs=0,2", {**ON_POLICY, "memory": "gru"}),
+    "mappo-gru": (MULTI_AGENT, {**RECURRENT, "shared_params": False}),
+    "pqn-gru": ("CartPole-v1@obs=0,2", RECURRENT),
     # agents acting in a box (MABrax's kind of action, on a cheap MPE task): a Gaussian per agent, no action mask
     "ippo-continuous": ("jaxmarl:MPE_simple_facmac_3a_v1", ON_POLICY),
     # the environment families of envs/: MiniGrid grids (image observations, the convolutional torso), Craftax's game

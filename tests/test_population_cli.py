@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -26,6 +27,7 @@ WORKER = Path(__file__).with_name("resume_worker.py")
 TINY = ["--num-envs", "4", "--num-steps", "32", "--total-steps", "2048", "--chunk-iterations", "2",
         "--checkpoint-every", "2"]
 LAST = 16
+TRAIN = ["train", "ppo", "--env", "CartPole-v1", *TINY]
 # every number metrics.csv holds that a solo run computes too (not the wall clock, not the member's columns)
 SKIP = {"sps", "member", "seed", "failed_count"}
 
@@ -64,25 +66,37 @@ def _numbers(row: dict[str, str]) -> dict[str, float]:
     return {k: float(v) for k, v in row.items() if k not in SKIP}
 
 
+@pytest.fixture(scope="module")
+def solo(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], list[dict[str, float]]]:
+    """The rows of seed ``seed``'s solo run, trained once for the module's tests (in a fresh shell of its own)."""
+    root = tmp_path_factory.mktemp("solo")
+    env, runs = _clean_env(root), {}
+
+    def rows(seed: int) -> list[dict[str, float]]:
+        if seed not in runs:
+            run_dir = root / f"solo-{seed}"
+            status, _, err = _finish(_start("none", [*TRAIN, "--seed", str(seed), "--run-dir", str(run_dir)], env), 300)
+            assert status == 0, err[-3000:]
+            runs[seed] = [_numbers(row) for row in _rows(run_dir)]
+        return runs[seed]
+
+    return rows
+
+
 @pytest.mark.parametrize(("seeds", "devices"), [(4, 2), (8, 4)])
-def test_more_members_than_devices_finish_each_member_its_solo_run(tmp_path: Path, seeds: int,
-                                                                    devices: int) -> None:
-    env = _clean_env(tmp_path)
+def test_more_members_than_devices_finish_each_member_its_solo_run(
+        tmp_path: Path, solo: Callable[[int], list[dict[str, float]]], seeds: int, devices: int) -> None:
     population = tmp_path / "population"
-    train = ["train", "ppo", "--env", "CartPole-v1", *TINY]
-    proc = _start("none", [*train, "--seeds", str(seeds), "--policy", "population", "--devices", str(devices),
-                           "--run-dir", str(population)], env)
+    proc = _start("none", [*TRAIN, "--seeds", str(seeds), "--policy", "population", "--devices", str(devices),
+                           "--run-dir", str(population)], _clean_env(tmp_path))
     status, out, err = _finish(proc, 300)
     assert status == 0, err[-3000:]
     assert f"members split over {devices} devices" in out
     rows = _rows(population)
     assert sorted({int(row["member"]) for row in rows}) == list(range(seeds))
     for seed in (0, seeds - 1):  # the first member on the first device, the last on the last
-        solo = tmp_path / f"solo-{seed}"
-        status, _, err = _finish(_start("none", [*train, "--seed", str(seed), "--run-dir", str(solo)], env), 300)
-        assert status == 0, err[-3000:]
         mine = [_numbers(row) for row in rows if int(row["seed"]) == seed]
-        theirs = [_numbers(row) for row in _rows(solo)]
+        theirs = solo(seed)
         assert len(mine) == len(theirs) == LAST // 2
         for a, b in zip(mine, theirs, strict=True):
             assert a.keys() == b.keys()
