@@ -28,7 +28,6 @@ import atexit
 import dataclasses
 import functools
 import logging
-import os
 from typing import Any, NoReturn
 
 import jax
@@ -142,8 +141,9 @@ class HostEnv(Env):
     def make(cls, name: str, num_envs: int, *, workers: int = 0, groups: int = 2, ring: bool = True,
              backend: str = AUTO, **kwargs: Any) -> HostEnv:
         """Checks the settings and reads the spaces (one environment made in this process);
-        ``workers=0`` takes as many as the CPUs allow (a multiple of ``groups`` that
-        divides ``num_envs``); ``backend="auto"`` steps Atari games in this process and
+        ``workers=0`` takes as many as the CPUs allow (``EnvPool.capacity``: this
+        machine's, or a Ray cluster's; a multiple of ``groups`` that divides
+        ``num_envs``); ``backend="auto"`` steps Atari games in this process and
         other environments in worker processes. The keywords named in
         ``host_pool.OPTIONS`` (``timeout``, ``address``, ``worker_cpus``,
         ``worker_resource``, ``lost_workers``) are the backend's, each refused by a
@@ -166,15 +166,15 @@ class HostEnv(Env):
         share = f"each process's {own} of num_envs = {num_envs}" if processes > 1 else f"num_envs = {num_envs}"
         check(isinstance(groups, int) and groups > 0 and own % groups == 0, "env_groups", groups,
               lambda: f"must divide {share}; choose one of {divisors(own, 8)}")
+        pool = BACKENDS[backend].load()  # a backend's own dependencies are imported only here
+        own_options = {option: options[option] for option in BACKENDS[backend].options}
+        pool.check_options(name, workers, own_options)
         if workers == 0:
-            most = max(groups, (os.cpu_count() or 1) // processes)
+            most = max(groups, pool.capacity(own_options) // processes)
             workers = max(w for w in range(groups, min(own, most) + 1, groups) if own % w == 0)
         check(isinstance(workers, int) and workers > 0 and workers % groups == 0 and own % workers == 0,
               "env_workers", workers, f"must be a multiple of env_groups = {groups} that divides {share}, "
                                       "or 0 (as many as the CPUs allow)")
-        pool = BACKENDS[backend].load()  # a backend's own dependencies are imported only here
-        own_options = {option: options[option] for option in BACKENDS[backend].options}
-        pool.check_options(name, workers, own_options)
         probe = _probe(name, kwargs)
         spaces = (_space(probe.observation_space, name), _space(probe.action_space, name))
         probe.close()

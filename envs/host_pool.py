@@ -142,6 +142,12 @@ class EnvPool(abc.ABC):
         return None
 
     @classmethod
+    def capacity(cls, options: dict[str, Any]) -> int:
+        """How many workers fit where the backend runs them, for ``workers=0``: this
+        machine's CPUs by default (after ``check_options``)."""
+        return os.cpu_count() or 1
+
+    @classmethod
     @abc.abstractmethod
     def start(cls, env_id: str, num_envs: int, workers: int, groups: int, first_id: int, options: dict[str, Any],
               kwargs: dict[str, Any]) -> EnvPool:

@@ -148,6 +148,14 @@ class RayPool(WorkerPool):
         self.timeout, self.lost_workers = timeout, lost_workers
         ray = ray_module()
         connect(address, num_workers * worker_cpus)
+        if cluster_address(address):
+            room = self.capacity(dict(address=address, worker_cpus=worker_cpus, worker_resource=worker_resource))
+            if num_workers > room:  # Ray queues the rest until nodes join (an autoscaler's, or by hand)
+                nodes = f" with the resource {worker_resource!r}" if worker_resource else ""
+                print(f"jaxrl-frag: {num_workers} environment workers at {worker_cpus:g} CPU each asked, and the Ray "
+                      f"cluster's live nodes{nodes} hold {room} in all: the others wait for nodes to join (each worker "
+                      f"has {max(timeout, STARTING):g} s to start), or lower --env-workers or --env-worker-cpus",
+                      file=sys.stderr, flush=True)
         ray.cloudpickle.register_pickle_by_value(host_worker)  # the workers need not import this package
         resources = {worker_resource: RESOURCE_SHARE} if worker_resource else {}
         self._remote = ray.remote(host_worker.Worker).options(num_cpus=worker_cpus, resources=resources,
@@ -191,6 +199,17 @@ class RayPool(WorkerPool):
                   f"no node of the Ray cluster at {address} has it (its nodes' own resources: "
                   f"{', '.join(custom) or 'none'}): start the CPU nodes with ray start --address {address} "
                   f"--resources '{{\"{resource}\": N}}'")
+
+    @classmethod
+    def capacity(cls, options: dict[str, Any]) -> int:
+        """On a cluster (an address given), the actors its live nodes' CPUs hold at
+        ``worker_cpus`` each, on the nodes with ``worker_resource`` where one is named;
+        for a local Ray, this machine's CPUs."""
+        if not cluster_address(options["address"]):
+            return super().capacity(options)
+        resource, cpus = options["worker_resource"], options["worker_cpus"]
+        nodes = [node["Resources"] for node in ray_module().nodes() if node.get("Alive")]
+        return sum(int(held.get("CPU", 0) // cpus) for held in nodes if not resource or held.get(resource, 0) > 0)
 
     @classmethod
     def start(cls, env_id: str, num_envs: int, workers: int, groups: int, first_id: int, options: dict[str, Any],

@@ -127,6 +127,26 @@ def test_a_missing_resource_is_refused_before_tracing(cluster: Cluster) -> None:
         jf.recipes.PPO.create(CARTPOLE, env_backend="ray", env_address=cluster.address, env_worker_resource="gpu-free")
 
 
+def test_workers_left_at_0_are_as_many_as_the_clusters_cpus_hold(cluster: Cluster) -> None:
+    """``--env-workers 0`` on a cluster counts its CPUs, not this machine's: the CPU node's
+    2 hold 4 workers of half a CPU and 8 of a quarter (this machine's count would give the
+    same number for both)."""
+    for cpus, workers in ((0.5, 4), (0.25, 8)):
+        assert on_ray(cluster, env_worker_cpus=cpus, num_envs=16).env.workers == workers
+
+
+def test_more_workers_than_the_cluster_holds_are_told_to_wait(cluster: Cluster,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Four workers of a CPU on a cluster whose CPU node has 2: Ray queues two until a
+    node joins, and the run says so rather than wait in silence."""
+    with RayPool(CARTPOLE, 8, 4, 2, address=cluster.address, worker_resource=RESOURCE):
+        err = capsys.readouterr().err
+    assert ("4 environment workers at 1 CPU each asked, and the Ray cluster's live nodes with the resource 'envs' hold 2 "
+            "in all: the others wait for nodes to join") in err, err
+    with RayPool(CARTPOLE, 8, 2, 2, address=cluster.address, worker_resource=RESOURCE):
+        assert "wait for nodes" not in capsys.readouterr().err
+
+
 def test_without_ray_the_backend_is_refused_with_the_install_command(tmp_path: Path) -> None:
     """Ray is an optional extra: where it cannot be imported, ``--env-backend ray`` exits
     with status 2 and one line naming the setting and the install command, writing nothing."""
