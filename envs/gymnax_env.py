@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import importlib
+import sys
+import types
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -12,19 +17,51 @@ import numpy as np
 from jaxrl_frag.envs.core import Box, Discrete, Env, PyTree, Space, TimeStep
 
 # gymnax is imported where it is first needed: importing it runs jax operations, which start jax's backend and fix
-# its CPU device count before a command line can set it
+# its CPU device count before a command line can set it. Its environment modules import seaborn and pyplot, which
+# only Pong's and Catch's renderers use: 1.7 s of each command's start, deferred to a render
+RENDER_ONLY = ("seaborn", "matplotlib.pyplot")
+
+
+class _Deferred(types.ModuleType):
+    """Stands in for a module that was not imported: the first attribute read from it imports the module."""
+
+    def __getattr__(self, name: str) -> Any:
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        module = importlib.import_module(self.__name__)
+        vars(self).update(vars(module))
+        return getattr(module, name)
+
+
+@contextlib.contextmanager
+def _deferring(names: tuple[str, ...]) -> Iterator[None]:
+    """Modules imported within get stand-ins (``_Deferred``) for those of ``names`` not imported yet; they leave
+    ``sys.modules`` on the way out, so a later import anywhere gets the module itself."""
+    stand_ins = {name: _Deferred(name) for name in names if name not in sys.modules}
+    sys.modules.update(stand_ins)
+    try:
+        yield
+    finally:
+        for name, stand_in in stand_ins.items():
+            if sys.modules.get(name) is stand_in:
+                del sys.modules[name]
+
+
+@functools.cache
+def _gymnax() -> types.ModuleType:
+    with _deferring(RENDER_ONLY):
+        import gymnax
+    return gymnax
 
 
 @functools.cache
 def ids() -> frozenset[str]:
     """gymnax's environment ids."""
-    import gymnax
-
-    return frozenset(gymnax.registered_envs)
+    return frozenset(_gymnax().registered_envs)
 
 
 def _space(space: Any) -> Space:
-    from gymnax.environments import spaces as gymnax_spaces
+    gymnax_spaces = _gymnax().environments.spaces
 
     if isinstance(space, gymnax_spaces.Discrete):
         return Discrete(int(space.n))
@@ -60,9 +97,7 @@ class GymnaxEnv(Env):
         Returns:
             The environment, with gymnax's default parameters.
         """
-        import gymnax
-
-        env, params = gymnax.make(name, **kwargs)
+        env, params = _gymnax().make(name, **kwargs)
         return cls(name, tuple(sorted(kwargs.items())), env, params)
 
     @property

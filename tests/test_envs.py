@@ -149,6 +149,26 @@ def test_brax_ids_are_listed_and_bad_ones_refused_before_brax_loads() -> None:
     assert out[2].startswith("episode_length |") and "positive integer" in out[2]
 
 
+@pytest.mark.slow  # a process of its own, a user's command in it: gymnax not yet imported
+def test_gymnax_training_leaves_its_plotting_imports_to_a_render(tmp_path) -> None:
+    # gymnax's modules import seaborn and pyplot (1.7 s of a command's start) for Pong's and Catch's renderers only
+    code = ("import sys, jax\n"
+            "from jaxrl_frag.app.cli import main\n"
+            f"assert main(['train', 'ppo', '--env', 'CartPole-v1', '--num-envs', '2', '--num-steps', '8',\n"
+            f"             '--total-steps', '32', '--run-dir', {str(tmp_path / 'run')!r}]) == 0\n"
+            "print(sorted(m for m in ('seaborn', 'matplotlib.pyplot', 'pandas') if m in sys.modules))\n"
+            "from gymnax.environments.bsuite import catch\n"
+            "from gymnax.environments.misc import pong\n"
+            "from jaxrl_frag import envs\n"
+            "env = envs.make('Pong-misc', num_envs=None)\n"
+            "state, _ = env.reset(jax.random.PRNGKey(0))\n"
+            "print(type(env.env.render(state, env.params)).__name__, type(pong.sns.color_palette('cubehelix', 3)).__name__)\n"
+            "import matplotlib, matplotlib.pyplot as plt\n"
+            "print(type(plt) is type(sys), plt is matplotlib.pyplot, plt is sys.modules['matplotlib.pyplot'])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines()[-3:] == ["[]", "AxesImage _ColorPalette", "True True True"], out.stdout
+
 def test_brax_ids_are_brax_physics_environments() -> None:
     from brax import envs as brax_envs
 
