@@ -49,13 +49,16 @@ BLINES = "gymnax 1.0 README, 'Ckpt (Return)' (gymnax-blines PPO, one seed, 164 t
 # JaxMARL's budget for these is 1e7 steps (baselines/*/config); its paper (arXiv 2311.10090) gives curves, not numbers
 JAXMARL = "JaxMARL baselines' 1e7-step budget; the rows run 1e6 of it"
 # Brax's notebooks/training.ipynb, PPO per task: an iteration is batch_size x num_minibatches x unroll_length steps
-# over num_envs environments, 32 minibatches of batch_size x unroll_length; its reward scaling (10, which Adam
-# undoes but for its epsilon), its separate network sizes (policy 4 x 32, value 5 x 256; here 64 x 64 for both) and
-# its tanh-squashed Gaussian are not settings here; its value loss is unclipped, its gradients too (a norm of 1e9
-# clips nothing), and it reports the greedy policy's return
+# over num_envs environments (num_steps here), 32 minibatches of batch_size x unroll_length, the advantages
+# bootstrapped after every unroll; its networks (brax.training.agents.ppo.networks: a policy of 4 x 32 and a value
+# network of 5 x 256, swish, the policy a tanh-squashed Gaussian with a state-dependent scale), its reward scaling,
+# its value loss unclipped, its gradients too (a norm of 1e9 clips nothing); it reports the greedy policy's return.
+# Still not Brax's: it computes the advantages again for each minibatch with the parameters being learnt
 BRAX_PPO = dict(num_minibatches=32, lr=3e-4, normalize_obs=True, anneal_lr=False, clip_eps=0.3, clip_value=False,
-                max_grad_norm=1e9, activation="swish")
+                max_grad_norm=1e9, activation="swish", hidden=(32,) * 4, value_hidden=(256,) * 5,
+                action_dist="tanh-gaussian")
 EVAL_EPISODES = 32
+CURVE_POINTS = 20  # of a row's own curve kept in its JSON
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,11 +110,13 @@ ROWS = (
     Row("td3-pendulum", "TD3", "Pendulum-v1", dict(total_steps=20_000), "-151.9 +- 90.2 at 2e4 (one agent)",
         "rl-baselines3-zoo benchmark.md"),
     Row("ppo-brax-ant", "PPO", "brax:ant",
-        dict(BRAX_PPO, num_envs=4096, num_steps=80, num_epochs=4, gamma=0.97, ent_coef=1e-2, total_steps=50_000_000),
+        dict(BRAX_PPO, num_envs=4096, num_steps=80, unroll_length=5, num_epochs=4, gamma=0.97, ent_coef=1e-2,
+             reward_scale=10.0, total_steps=50_000_000),
         "~5,850 at 2.5e7 (read off the plot)", "brax notebooks/training.ipynb",
         seeds=1, accelerator=True, metric="eval_return"),
     Row("ppo-brax-halfcheetah", "PPO", "brax:halfcheetah",
-        dict(BRAX_PPO, num_envs=2048, num_steps=160, num_epochs=8, gamma=0.95, ent_coef=1e-3, total_steps=50_000_000),
+        dict(BRAX_PPO, num_envs=2048, num_steps=160, unroll_length=20, num_epochs=8, gamma=0.95, ent_coef=1e-3,
+             total_steps=50_000_000),
         "none published (settings only)", "brax notebooks/training.ipynb", seeds=1, accelerator=True,
         metric="eval_return"),
     Row("ppo-brax-hopper", "PPO", "brax:hopper",
@@ -202,9 +207,21 @@ def run(row: Row, seeds: int, steps: int | None) -> dict[str, Any]:
     done = int(np.asarray(history.final["env_steps"]).flat[0])  # a population's members step alike
     low, high = bootstrap_ci(np.array(finals))
     return {"row": row.name, "seeds": seeds, "env_steps": done, "finals": finals, "mean": float(np.mean(finals)),
+            "curve": curve(history, row.metric),
             "ci": [float(low), float(high)], "steps_per_s": seeds * done / train_s, "compile_s": compile_s,
             "device": jax.devices()[0].device_kind, "jax": jax.__version__, "reduced": bool(steps) and steps < row.steps,
             "command": " ".join(["python", "benchmarks/parity.py", *sys.argv[1:]])}
+
+
+def curve(history: jf.History, metric: str, points: int = CURVE_POINTS) -> list[list[float]]:
+    """The last seed's (population member's) ``metric`` at up to ``points`` iterations
+    evenly spread to the last: ``[env_steps, value]`` pairs (``None`` where no episode ended)."""
+    import numpy as np
+
+    steps = np.asarray(history["env_steps"]).reshape(len(history.rows), -1)[:, -1]
+    values = np.asarray(history[metric]).reshape(len(steps), -1)[:, -1]
+    rows = np.unique(np.linspace(0, len(steps) - 1, min(points, len(steps))).round().astype(int))
+    return [[int(steps[i]), float(values[i]) if np.isfinite(values[i]) else None] for i in rows]
 
 
 def reference_at(row: Row, steps: int) -> str:

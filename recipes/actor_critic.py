@@ -28,12 +28,21 @@ from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes.advantages import gae
 from jaxrl_frag.recipes.epochs import minibatch_epochs, updates_done
 from jaxrl_frag.recipes.memory import Recurrence, check_memory, check_memory_env, recurrence
-from jaxrl_frag.recipes.networks import ACTIVATIONS, ActorCritic, Categorical, Gaussian, RecurrentActorCritic
-from jaxrl_frag.recipes.recipe import PolicyFn, Recipe
+from jaxrl_frag.recipes.networks import (
+    ACTIVATIONS,
+    ActorCritic,
+    Categorical,
+    Gaussian,
+    RecurrentActorCritic,
+    TanhGaussian,
+    squash,
+)
+from jaxrl_frag.recipes.recipe import PolicyFn, Recipe, check_widths
 from jaxrl_frag.recipes.rollout import collect_with_memory
 
 PyTree = Any
 TORSOS = ("auto", "atari", "cnn", "mlp")
+ACTION_DISTS = ("gaussian", "tanh-gaussian")
 ATARI_PIXELS = 36  # the smallest image side the atari torso's three convolutions take
 
 
@@ -87,6 +96,13 @@ class ActorCriticRecipe(Recipe):
                                            "alone) or auto (atari for images of at least 36x36, cnn for smaller ones)")
     activation: str = static_field("tanh", help="the MLPs' hidden activation: tanh, relu or swish (the atari torso is "
                                                 "ReLU throughout)")
+    value_hidden: tuple[int, ...] | None = static_field(None, help="the value MLP's hidden layer widths, where they "
+                                                                  "differ from the policy's (hidden); as Brax's PPO, "
+                                                                  "256,256,256,256,256")
+    action_dist: str = static_field("gaussian", help="continuous actions: gaussian (a learned scale per dimension, "
+                                                     "samples clipped to the bounds) or tanh-gaussian (Brax's: a scale "
+                                                     "output by the policy network, samples squashed by tanh onto the "
+                                                     "bounds)")
     anneal_lr: bool = static_field(True, help="anneal the learning rate linearly to zero over the run")
     normalize_obs: bool = static_field(False, help="standardise observations with running statistics")
     scale_reward: bool = static_field(False, help="divide rewards by the running std of the discounted return")
@@ -96,10 +112,12 @@ class ActorCriticRecipe(Recipe):
     ent_coef: float = hyperparameter(0.01, help="entropy bonus coefficient")
     vf_coef: float = hyperparameter(0.5, help="value loss coefficient")
     max_grad_norm: float = hyperparameter(0.5, help="global gradient norm clip")
+    reward_scale: float = hyperparameter(1.0, help="factor on the rewards the learner sees, not on the episode returns "
+                                                   "(Brax's reward_scaling)")
 
     counts: ClassVar[tuple[str, ...]] = (*Recipe.counts, "num_minibatches")
-    reals: ClassVar[tuple[str, ...]] = (*Recipe.reals, "ent_coef", "vf_coef", "max_grad_norm")
-    positive: ClassVar[tuple[str, ...]] = (*Recipe.positive, "max_grad_norm")
+    reals: ClassVar[tuple[str, ...]] = (*Recipe.reals, "ent_coef", "vf_coef", "max_grad_norm", "reward_scale")
+    positive: ClassVar[tuple[str, ...]] = (*Recipe.positive, "max_grad_norm", "reward_scale")
 
     @classmethod
     def make_env(cls, env_id: str, settings: dict[str, Any]) -> envs.Env:
@@ -110,6 +128,8 @@ class ActorCriticRecipe(Recipe):
               f"needs image observations (H, W, C); {env_id} observes shape {shape}: choose mlp or auto")
         check(torso != "atari" or min(shape[:2]) >= ATARI_PIXELS, "torso", torso,
               f"needs images of at least {ATARI_PIXELS}x{ATARI_PIXELS}; {env_id} observes {shape}: choose cnn or auto")
+        check(settings["action_dist"] == "gaussian" or isinstance(env.action_space, envs.Box), "action_dist",
+              settings["action_dist"], f"applies to continuous actions; {env_id}'s are discrete: leave it out")
         check_memory_env(env_id, env, settings["memory"], torso)
         return env
 
@@ -119,6 +139,9 @@ class ActorCriticRecipe(Recipe):
         check(s["torso"] in TORSOS, "torso", s["torso"],
               f"choose one of {', '.join(TORSOS)} (auto: atari or cnn for image observations, else mlp)")
         check(s["activation"] in ACTIVATIONS, "activation", s["activation"], f"choose one of {', '.join(ACTIVATIONS)}")
+        check(s["action_dist"] in ACTION_DISTS, "action_dist", s["action_dist"], f"choose one of {', '.join(ACTION_DISTS)}")
+        if s["value_hidden"] is not None:
+            check_widths("value_hidden", s["value_hidden"])
         check_memory(s)
         for name in ("ent_coef", "vf_coef"):
             check(s[name] >= 0, name, s[name], "must be zero or positive")
@@ -156,16 +179,23 @@ class ActorCriticRecipe(Recipe):
         return self.memory != "none"
 
     @property
+    def squashed(self) -> bool:
+        """Whether continuous actions are a ``TanhGaussian``'s (``action_dist`` ``tanh-gaussian``)."""
+        return self.continuous and self.action_dist == "tanh-gaussian"
+
+    @property
     def network(self) -> ActorCritic | RecurrentActorCritic:
         space = self.env.action_space
         action_dim = int(np.prod(space.shape)) if self.continuous else space.n
         if self.recurrent:  # the cell after the first layer, the heads' MLPs of the remaining widths after it
-            heads = ActorCritic(action_dim, self.hidden[1:], self.continuous, "mlp", self.activation)
+            heads = ActorCritic(action_dim, self.hidden[1:], self.continuous, "mlp", self.activation,
+                                self.value_hidden, self.squashed)
             return RecurrentActorCritic(heads, self.memory, self.hidden[0])
-        return ActorCritic(action_dim, self.hidden, self.continuous, self.network_torso, self.activation)
+        return ActorCritic(action_dim, self.hidden, self.continuous, self.network_torso, self.activation,
+                           self.value_hidden, self.squashed)
 
     def act_step(self, params: PyTree, memory: PyTree, obs: jax.Array) -> tuple[
-            PyTree, Categorical | Gaussian, jax.Array]:
+            PyTree, Categorical | Gaussian | TanhGaussian, jax.Array]:
         """The network on one step of ``N`` environments: ``(memory after, action
         distribution, value)`` of observations ``[N, ...]`` read with ``memory`` (``()``,
         kept, for a feed-forward network)."""
@@ -190,7 +220,7 @@ class ActorCriticRecipe(Recipe):
         return self.value_of(params, memory, last_obs)
 
     def policy_value(self, params: PyTree, recurrence: Recurrence | tuple[()], obs: jax.Array) -> tuple[
-            Categorical | Gaussian, jax.Array]:
+            Categorical | Gaussian | TanhGaussian, jax.Array]:
         """The action distribution and value at a minibatch's samples: observations ``[B,
         ...]`` with ``recurrence`` ``()`` (feed-forward), or environment-major sequences ``[n,
         T, ...]`` unrolled from ``recurrence`` (recurrent; the outputs ``[n, T]``)."""
@@ -210,11 +240,12 @@ class ActorCriticRecipe(Recipe):
         return traj.terminated, traj.truncated
 
     def env_action(self, action: jax.Array) -> jax.Array:
-        """The action sent to the environment: a continuous one clipped to its bounds."""
+        """The action sent to the environment: a continuous one clipped to its bounds, or
+        squashed onto them (``squashed``)."""
         if not self.continuous:
             return action
-        space = self.env.action_space
-        return jnp.clip(action, jnp.asarray(space.low), jnp.asarray(space.high))
+        low, high = jnp.asarray(self.env.action_space.low), jnp.asarray(self.env.action_space.high)
+        return squash(action, low, high) if self.squashed else jnp.clip(action, low, high)
 
     def policy_fn(self, state: ActorCriticState, greedy: bool) -> PolicyFn:
         """The policy network's action (``Recipe.policy_fn``): its most likely one (the
@@ -320,16 +351,17 @@ class ActorCriticRecipe(Recipe):
         raise NotImplementedError
 
     def gae_samples(self, params: PyTree, traj: Transition, last_obs: jax.Array,
-                    gae_lambda: jax.Array) -> tuple[Any, ...]:
+                    gae_lambda: jax.Array, unroll: int = 0) -> tuple[Any, ...]:
         """The rollout as samples ``(recurrence, obs, action, log_prob, value, advantage,
-        target)`` with GAE advantages and value targets: one per step, each environment's
-        contiguous, and ``recurrence`` ``()`` (feed-forward); or one whole sequence ``[N, T,
-        ...]`` per environment from its ``Recurrence`` (recurrent)."""
+        target)`` with GAE advantages and value targets (bootstrapped every ``unroll``
+        steps, where it is not 0): one per step, each environment's contiguous, and
+        ``recurrence`` ``()`` (feed-forward); or one whole sequence ``[N, T, ...]`` per
+        environment from its ``Recurrence`` (recurrent)."""
         done = traj.terminated[-1] | traj.truncated[-1]
         last = jax.tree.map(lambda x: x[-1], (traj.memory, traj.obs))
         last_value = self.value_after(params, *last, done, last_obs)
         advantages, targets = gae(traj.reward, traj.value, *self.returns_end(traj), traj.final_value, last_value,
-                                  self.gamma, gae_lambda)
+                                  self.gamma, gae_lambda, unroll)
         fields = (traj.obs, traj.action, traj.log_prob, traj.value, advantages, targets)
         if self.recurrent:
             return self.recurrence(traj), *jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), fields)
@@ -362,6 +394,6 @@ class ActorCriticRecipe(Recipe):
                                                                               self.num_steps)
         log_prob, value, acted_with, after = extras
         final_value = jax.vmap(lambda m, o: self.value_of(params, m, o))(after, steps.next_obs)
-        traj = Transition(steps.obs, steps.action, log_prob, value, steps.reward, steps.terminated, steps.truncated,
-                          final_value, acted_with)
+        traj = Transition(steps.obs, steps.action, log_prob, value, steps.reward * self.reward_scale, steps.terminated,
+                          steps.truncated, final_value, acted_with)
         return traj, env_state, obs, memory, episodes

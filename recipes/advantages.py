@@ -15,6 +15,7 @@ def gae(
     last_value: jax.Array,
     gamma: jax.Array | float,
     lam: jax.Array | float,
+    unroll: int = 0,
 ) -> tuple[jax.Array, jax.Array]:
     """Advantages and value targets for a time-major ``[T, N]`` rollout.
 
@@ -22,7 +23,9 @@ def gae(
     ended an episode at step ``t``; ``last_value`` is V of the observation after
     the rollout. Within an episode the target bootstraps from the next value; on a
     time-limit truncation from ``final_values`` (the episode could have gone on);
-    on a termination from nothing. The advantage recursion stops at either.
+    on a termination from nothing. The advantage recursion stops at either, and
+    with ``unroll`` after every ``unroll`` steps: each unroll's advantages
+    bootstrap from the value after it alone (Brax's ``unroll_length``).
 
     Args:
         rewards: ``[T, N]`` rewards.
@@ -34,24 +37,27 @@ def gae(
         last_value: ``[N]``, V of the observation after the last step.
         gamma: Discount.
         lam: GAE lambda.
+        unroll: Steps per unroll (a divisor of ``T``); 0: the whole rollout is one.
 
     Returns:
         ``(advantages, targets)``, each ``[T, N]``; ``targets = advantages + values``.
     """
     done = (terminated | truncated).astype(values.dtype)
     bootstrap = jnp.where(truncated & ~terminated, final_values, 0.0)
+    steps = jnp.arange(1, rewards.shape[0] + 1)
+    carried = jnp.ones_like(steps, values.dtype) if unroll == 0 else (steps % unroll != 0).astype(values.dtype)
 
     Carry = tuple[jax.Array, jax.Array]
 
     def backward(carry: Carry, x: tuple[jax.Array, ...]) -> tuple[Carry, jax.Array]:
         adv_next, value_next = carry
-        reward, value, boot, d = x
+        reward, value, boot, d, carry_on = x
         delta = reward + gamma * ((1.0 - d) * value_next + boot) - value
-        adv = delta + gamma * lam * (1.0 - d) * adv_next
+        adv = delta + gamma * lam * (1.0 - d) * carry_on * adv_next
         return (adv, value), adv
 
     _, advantages = jax.lax.scan(
-        backward, (jnp.zeros_like(last_value), last_value), (rewards, values, bootstrap, done), reverse=True
+        backward, (jnp.zeros_like(last_value), last_value), (rewards, values, bootstrap, done, carried), reverse=True
     )
     return advantages, advantages + values
 

@@ -72,6 +72,14 @@ class IPPO(PPO):
             return MABRAX_DEFAULTS
         return {}
 
+    @classmethod
+    def validate(cls, s: dict[str, Any]) -> None:
+        super().validate(s)
+        check(s["action_dist"] == "gaussian", "action_dist", s["action_dist"],
+              f"{cls.__name__}'s agents act with a Gaussian of a learned scale per dimension: choose gaussian")
+        check(s["value_hidden"] is None, "value_hidden", s["value_hidden"],
+              f"{cls.__name__}'s value networks take hidden's widths: leave value_hidden out")
+
     def returns_end(self, traj: Transition) -> tuple[jax.Array, jax.Array]:
         """The team's episode for every agent: an agent's return runs on until the team's
         episode ends, so a unit that fell shares the team's later rewards (SMAX gives its

@@ -64,6 +64,41 @@ class Gaussian(NamedTuple):
         return Gaussian(self.mean.reshape(*shape, -1), self.std)
 
 
+def tanh_log_det(u: jax.Array) -> jax.Array:
+    """``log(1 - tanh(u)**2)``, the log-derivative of ``tanh`` at ``u``, per dimension, without cancellation."""
+    return 2.0 * (jnp.log(2.0) - u - jax.nn.softplus(-2.0 * u))
+
+
+class TanhGaussian(NamedTuple):
+    """A diagonal Gaussian whose samples ``u`` are squashed by ``tanh`` on their way to the
+    environment (Brax's PPO policy): samples, modes and log-probabilities are of ``u``, the
+    log-probability that of ``tanh(u)`` (the Gaussian's less ``tanh_log_det``), the entropy
+    the Gaussian's plus ``tanh_log_det`` at the mean (Brax's estimate takes it at a sample)."""
+
+    mean: jax.Array
+    std: jax.Array
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        return Gaussian(self.mean, self.std).sample(key)
+
+    def log_prob(self, action: jax.Array) -> jax.Array:
+        return Gaussian(self.mean, self.std).log_prob(action) - tanh_log_det(action).sum(-1)
+
+    def entropy(self) -> jax.Array:
+        return Gaussian(self.mean, self.std).entropy() + tanh_log_det(self.mean).sum(-1)
+
+    def mode(self) -> jax.Array:
+        """The mean of ``u``: squashed, the deterministic action (Brax's)."""
+        return self.mean
+
+    def reshaped(self, shape: tuple[int, ...]) -> TanhGaussian:
+        """The distributions of samples ``[B]`` arranged as ``shape``."""
+        return TanhGaussian(self.mean.reshape(*shape, -1), self.std.reshape(*shape, -1))
+
+
+MIN_STD = 1e-3  # the least standard deviation of a state-dependent scale, as Brax's NormalTanhDistribution
+
+
 def patches(x: jax.Array, kernel: int = 3, stride: int = 1) -> jax.Array:
     """The ``kernel x kernel`` windows, ``stride`` apart, of images ``[N, H, W, C]``, as
     ``[N, H', W', kernel * kernel * C]`` (a valid convolution is a matrix product on
@@ -154,9 +189,12 @@ class ActorCritic(nn.Module):
     With ``torso`` ``mlp`` or ``cnn``, separate MLPs, each behind its own 3x3
     convolution for ``cnn`` (image observations ``[N, H, W, C]``); with ``atari``, one
     ``AtariTorso`` shared by a linear policy head and a linear value head (``hidden``
-    unused), as in PPO's Atari networks. A continuous policy is a Gaussian with a
-    learned, state-independent log standard deviation. On a ``MaskedObs`` the networks
-    read its ``obs``, and the actions outside its ``action_mask`` have probability 0.
+    unused), as in PPO's Atari networks; ``value_hidden`` gives the value MLP widths of
+    its own. A continuous policy is a Gaussian with a learned, state-independent log
+    standard deviation, or with ``squashed`` a ``TanhGaussian`` whose standard deviation
+    the policy network outputs beside the mean (``softplus`` plus ``MIN_STD``). On a
+    ``MaskedObs`` the networks read its ``obs``, and the actions outside its
+    ``action_mask`` have probability 0.
     """
 
     action_dim: int
@@ -164,25 +202,31 @@ class ActorCritic(nn.Module):
     continuous: bool
     torso: str = "mlp"
     activation: str = "tanh"  # of the MLPs' hidden layers: a name in ACTIVATIONS
+    value_hidden: Sequence[int] | None = None  # the value MLP's widths; None: hidden's
+    squashed: bool = False
 
     def setup(self) -> None:
+        outputs = self.action_dim * (2 if self.squashed else 1)
         if self.torso == "atari":
             self.shared = AtariTorso()
-            self.pi, self.v = _dense(self.action_dim, 0.01), _dense(1, 1.0)
+            self.pi, self.v = _dense(outputs, 0.01), _dense(1, 1.0)
         else:
             activation, conv = ACTIVATIONS[self.activation], self.torso == "cnn"
-            self.pi = MLP(self.hidden, self.action_dim, 0.01, activation, conv)
-            self.v = MLP(self.hidden, 1, 1.0, activation, conv)
-        if self.continuous:
+            self.pi = MLP(self.hidden, outputs, 0.01, activation, conv)
+            self.v = MLP(self.value_hidden or self.hidden, 1, 1.0, activation, conv)
+        if self.continuous and not self.squashed:
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
 
-    def __call__(self, obs: jax.Array | MaskedObs) -> tuple[Categorical | Gaussian, jax.Array]:
+    def __call__(self, obs: jax.Array | MaskedObs) -> tuple[Categorical | Gaussian | TanhGaussian, jax.Array]:
         x, mask = unmasked(obs)
         if self.torso == "atari":
             features = self.shared(x)
             out, value = self.pi(features), self.v(features)[:, 0]
         else:
             out, value = self.pi(x), self.value(x)
+        if self.squashed:
+            mean, scale = jnp.split(out, 2, axis=-1)
+            return TanhGaussian(mean, jax.nn.softplus(scale) + MIN_STD), value
         if self.continuous:
             return Gaussian(out, jnp.exp(self.log_std)), value
         return Categorical(masked(out, mask)), value
@@ -522,8 +566,7 @@ class SquashedGaussian(NamedTuple):
         std = jnp.exp(self.log_std)
         z = self.mean + std * jax.random.normal(key, self.mean.shape)
         log_prob = Gaussian(self.mean, std).log_prob(z)
-        # tanh's Jacobian, in a form that is stable for large |z|: log(1 - tanh(z)^2)
-        log_prob -= (2.0 * (jnp.log(2.0) - z - jax.nn.softplus(-2.0 * z))).sum(-1)
+        log_prob -= tanh_log_det(z).sum(-1)
         log_prob -= jnp.log((self.high - self.low) / 2.0).sum()
         return squash(z, self.low, self.high), log_prob
 

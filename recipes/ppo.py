@@ -18,7 +18,7 @@ from flax import struct
 
 from jaxrl_frag import primitives
 from jaxrl_frag.algorithms import hyperparameter, static_field
-from jaxrl_frag.bounds import divisors
+from jaxrl_frag.bounds import divisors, is_whole
 from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
@@ -41,6 +41,8 @@ class PPO(ActorCriticRecipe):
     clip_value: bool = static_field(True, help="clip each update's change of the value to clip_eps (PPO2's value "
                                                "clipping, as CleanRL and PureJaxRL); off: the plain squared error, "
                                                "as Brax's PPO, whose returns are not normalised")
+    unroll_length: int = static_field(0, help="bootstrap the advantages every this many steps of an environment's "
+                                              "rollout (Brax's unroll_length); 0: once, after num_steps")
 
     counts: ClassVar[tuple[str, ...]] = (*ActorCriticRecipe.counts, "num_epochs")
     reals: ClassVar[tuple[str, ...]] = (*ActorCriticRecipe.reals, "gae_lambda", "clip_eps")
@@ -70,6 +72,10 @@ class PPO(ActorCriticRecipe):
                       f"choose one of {divisors(batch, 16)}")
         check(s["clip_eps"] > 0, "clip_eps", s["clip_eps"], "must be positive")
         check(0 <= s["gae_lambda"] <= 1, "gae_lambda", s["gae_lambda"], "must lie in [0, 1]")
+        check(is_whole(s["unroll_length"]) and s["unroll_length"] >= 0
+              and (s["unroll_length"] == 0 or s["num_steps"] % s["unroll_length"] == 0), "unroll_length",
+              s["unroll_length"], lambda: f"must divide num_steps = {s['num_steps']} (one of "
+                                          f"{divisors(s['num_steps'], 16)}), or be 0")
 
     @classmethod
     def updates_of(cls, s: dict[str, Any]) -> int:
@@ -83,7 +89,7 @@ class PPO(ActorCriticRecipe):
         return self.descend(params, opt_state, self.samples(params, traj, last_obs), jax.random.split(key, self.num_epochs))
 
     def samples(self, params: PyTree, traj: Transition, last_obs: jax.Array) -> tuple[Any, ...]:
-        return self.gae_samples(params, traj, last_obs, self.gae_lambda)
+        return self.gae_samples(params, traj, last_obs, self.gae_lambda, self.unroll_length)
 
     def loss(self, params: PyTree, recurrence: Recurrence | tuple[()], obs: jax.Array, action: jax.Array,
              old_log_prob: jax.Array, old_value: jax.Array, advantage: jax.Array,

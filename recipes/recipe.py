@@ -26,6 +26,13 @@ HOST_OPTIONS = ("workers", "groups", "ring", "backend", "timeout", "address", "w
 PolicyFn = Callable[[jax.Array, jax.Array], jax.Array]
 
 
+def check_widths(name: str, widths: tuple[int, ...]) -> None:
+    """Refuse the setting ``name`` unless its layer ``widths`` are one or more positive int32 counts."""
+    check(len(widths) > 0 and all(is_whole(w) and w > 0 for w in widths), name, widths,
+          "give one or more positive layer widths, e.g. 64,64")
+    check(max(widths) <= INT32_MAX, name, widths, f"a layer's width must be at most {INT32_MAX:,} ({INT32})")
+
+
 @struct.dataclass
 class Recipe(Algorithm):
     """A configurable algorithm on a batch of ``num_envs`` environments that each take
@@ -196,10 +203,7 @@ class Recipe(Algorithm):
         check(iterations <= INT32_MAX, "total_steps", s["total_steps"],
               f"makes {iterations:,} iterations of num_envs * num_steps = {batch:,} steps, and the compiled program "
               f"counts at most {INT32_MAX:,} (int32): lower --total-steps or raise --num-envs or --num-steps")
-        hidden = s["hidden"]
-        check(len(hidden) > 0 and all(is_whole(w) and w > 0 for w in hidden), "hidden", hidden,
-              "give one or more positive layer widths, e.g. 64,64")
-        check(max(hidden) <= INT32_MAX, "hidden", hidden, f"a layer's width must be at most {INT32_MAX:,} ({INT32})")
+        check_widths("hidden", s["hidden"])
         for name in cls.reals:
             check(math.isfinite(s[name]), name, s[name], "must be a finite number")
         for name in cls.positive:

@@ -177,3 +177,22 @@ def test_q_lambda_bootstraps_at_a_truncation_and_not_at_a_termination() -> None:
     np.testing.assert_allclose(truncated[0], 1.0 + GAMMA * 5.0)
     np.testing.assert_allclose(terminated[0], 1.0)
     np.testing.assert_allclose(truncated[1], 2.0 + GAMMA * 7.0)  # the last step bootstraps from what follows
+
+
+def test_gae_in_unrolls_equals_gae_on_each_unroll_bootstrapped_from_the_value_after_it() -> None:
+    # Brax's unroll_length: a rollout of 6 steps in unrolls of 3 is two rollouts of 3 steps, the first bootstrapped
+    # from the value of the observation that starts the second; episodes end inside and at the edge of an unroll
+    rng = np.random.default_rng(0)
+    rewards, values, final_values = (jnp.asarray(rng.normal(size=(6, 4)), jnp.float32) for _ in range(3))
+    last_value = jnp.asarray(rng.normal(size=4), jnp.float32)
+    terminated = jnp.zeros((6, 4), bool).at[1, 0].set(True).at[2, 1].set(True)
+    truncated = jnp.zeros((6, 4), bool).at[4, 2].set(True).at[2, 3].set(True)
+    adv, target = gae(rewards, values, terminated, truncated, final_values, last_value, GAMMA, LAM, unroll=3)
+    first = gae(rewards[:3], values[:3], terminated[:3], truncated[:3], final_values[:3], values[3], GAMMA, LAM)
+    second = gae(rewards[3:], values[3:], terminated[3:], truncated[3:], final_values[3:], last_value, GAMMA, LAM)
+    np.testing.assert_allclose(adv, jnp.concatenate([first[0], second[0]]), rtol=1e-6)
+    np.testing.assert_allclose(target, jnp.concatenate([first[1], second[1]]), rtol=1e-6)
+    whole, _ = gae(rewards, values, terminated, truncated, final_values, last_value, GAMMA, LAM)
+    assert not np.allclose(adv[:3], whole[:3])  # the cut changes the first unroll's advantages
+    np.testing.assert_array_equal(gae(rewards, values, terminated, truncated, final_values, last_value, GAMMA, LAM,
+                                      unroll=6)[0], whole)

@@ -43,6 +43,13 @@ CASES = [
     ([*TRAIN, "--gamma", "1.5"], ["gamma=1.5", "(0, 1]"]),
     ([*TRAIN, "--gae-lambda", "nan"], ["gae_lambda=nan", "finite"]),
     ([*TRAIN, "--ent-coef", "-0.1"], ["ent_coef=-0.1", "zero or positive"]),
+    ([*TRAIN, "--action-dist", "beta"], ["action_dist='beta'", "gaussian, tanh-gaussian"]),
+    ([*TRAIN, "--action-dist", "tanh-gaussian"], ["action_dist='tanh-gaussian'", "CartPole-v1's are discrete"]),
+    ([*TRAIN, "--value-hidden", "256,0"], ["value_hidden=(256, 0)", "positive layer widths"]),
+    ([*TRAIN, "--unroll-length", "5"], ["unroll_length=5", "must divide num_steps = 128", "or be 0"]),
+    ([*TRAIN, "--reward-scale", "0"], ["reward_scale=0", "positive"]),
+    (["train", "ippo", "--env", "jaxmarl:MPE_simple_spread_v3", "--action-dist", "tanh-gaussian"],
+     ["action_dist='tanh-gaussian'", "IPPO's agents act with a Gaussian"]),
     # off-policy recipes
     (["train", "dqn", "--env", "Pendulum-v1"], ["env='Pendulum-v1'", "DQN supports discrete actions only"]),
     (["train", "sac", "--env", "CartPole-v1"], ["env='CartPole-v1'", "SAC supports continuous actions only"]),
