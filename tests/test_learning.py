@@ -93,10 +93,13 @@ def test_sac_pendulum_beats_random_by_far_within_12k_steps() -> None:
 @pytest.mark.learning
 def test_td3_pendulum_beats_random_by_far_within_8k_steps() -> None:
     # random policy: about -1200. The zoo's Pendulum settings (64x64 networks) for 8k steps, the first 1k of uniformly
-    # random actions; seeds 0-3 measured -216, -191, -201, -197 (the last 3 rows' mean, one population)
+    # random actions. The last 3 rows' mean of seeds 0-3, one population: -216, -191, -201, -197 on the Intel Xeon that
+    # tuned it, -347, -199, -401, -293 on an AMD EPYC (where seed 0 alone ended at -464): the median of three seeds
+    seeds = 3
     algo = jf.recipes.TD3.create("Pendulum-v1", total_steps=8_000, learning_starts=1_000)
-    history = jf.compile(algo).run(jax.random.PRNGKey(0))
-    assert last_rows(history["episode_return"], 3) >= -400, history["episode_return"]
+    history = jf.compile(Population.of([algo] * seeds, list(range(seeds)))).run(jax.random.PRNGKey(0))
+    returns = history["episode_return"].reshape(len(history.rows), seeds)
+    assert np.median([last_rows(returns[:, s], 3) for s in range(seeds)]) >= -400, returns
 
 
 def test_the_last_return_skips_a_short_last_row_without_episode_ends() -> None:
