@@ -565,9 +565,7 @@ class SquashedGaussian(NamedTuple):
         """An action, reparameterised (differentiable in the parameters), and its log-density."""
         std = jnp.exp(self.log_std)
         z = self.mean + std * jax.random.normal(key, self.mean.shape)
-        log_prob = Gaussian(self.mean, std).log_prob(z)
-        log_prob -= tanh_log_det(z).sum(-1)
-        log_prob -= jnp.log((self.high - self.low) / 2.0).sum()
+        log_prob = TanhGaussian(self.mean, std).log_prob(z) - jnp.log((self.high - self.low) / 2.0).sum()
         return squash(z, self.low, self.high), log_prob
 
     def mode(self) -> jax.Array:
