@@ -118,10 +118,12 @@ def _capped(spec: RunSpec, given: dict[str, Any], cap: int, shortened: list[tupl
     """``given`` with ``total_steps`` lowered to ``cap``, or to the least the settings allow
     (one iteration; an off-policy recipe's ``learning_starts``), where the run would take
     more; appends (resolved, capped) totals to ``shortened`` where it lowers one."""
+    from jaxrl_frag.envs import base_id
+
     recipe = spec.recipe_cls
     if not all(hasattr(recipe, name) for name in ("fields", "defaults")):  # a plugin's recipe that is no Recipe
         return given
-    resolved = {**recipe.fields(), **recipe.defaults(spec.env), **given}
+    resolved = {**recipe.fields(), **recipe.defaults(base_id(spec.env)), **given}
     if not all(name in resolved for name in ("total_steps", "num_envs", "num_steps")):
         return given
     least = max(resolved["num_envs"] * resolved["num_steps"], resolved.get("learning_starts", 0))

@@ -20,7 +20,7 @@ from jaxrl_frag.envs.core import (
 from jaxrl_frag.envs.gymnax_env import GymnaxEnv
 from jaxrl_frag.envs.host_env import HostEnv, is_host
 from jaxrl_frag.envs.host_pool import EnvWorkerError
-from jaxrl_frag.envs.registry import available, make, register
+from jaxrl_frag.envs.registry import available, base_id, make, register
 from jaxrl_frag.envs.wrappers import (
     EpisodeStatistics,
     NormalizeObservation,
@@ -33,5 +33,5 @@ from jaxrl_frag.envs.wrappers import (
 __all__ = [
     "Acting", "AgentObs", "Box", "BraxEnv", "Capabilities", "Discrete", "Ended", "Env", "EnvWorkerError", "EpisodeStatistics",
     "GymnaxEnv", "HostEnv", "MaskedObs", "NormalizeObservation", "ObservationMask", "RunningMoments", "ScaleReward",
-    "Space", "Steps", "TimeStep", "VecEnv", "Wrapper", "available", "forget", "is_host", "make", "register",
+    "Space", "Steps", "TimeStep", "VecEnv", "Wrapper", "available", "base_id", "forget", "is_host", "make", "register",
 ]

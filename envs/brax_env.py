@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import inspect
 import io
 import re
 import sys
@@ -24,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxrl_frag.envs import id_options
 from jaxrl_frag.envs.core import Box, Env, PyTree, TimeStep
 from jaxrl_frag.envs.family import unknown_id
 from jaxrl_frag.errors import check
@@ -84,7 +86,9 @@ class BraxEnv(Env):
     def make(cls, name: str, *, backend: str = "generalized", episode_length: int = 1000,
              action_repeat: int = 1) -> BraxEnv:
         """``brax:<name>`` with physics ``backend``; ``ConfigError`` for an unknown name or
-        backend or a non-positive length or repeat, before brax is imported.
+        backend or a non-positive length or repeat, before brax is imported. Named with the
+        options that differ from these defaults (``brax:ant@backend=positional``; ``envs.id_options``),
+        which ``envs.make`` takes in the id.
 
         Args:
             name: The id, ``brax:<name>`` (``brax:hopper``; the prefix may be left out).
@@ -108,7 +112,10 @@ class BraxEnv(Env):
             check(isinstance(value, int | np.integer) and value > 0, field, value, "must be a positive integer")
         env = import_brax_envs().get_environment(short, backend=backend)
         obs = jax.eval_shape(env.reset, jax.random.PRNGKey(0)).obs
-        return cls(name, backend, int(episode_length), int(action_repeat), env, int(obs.shape[-1]))
+        options = {"backend": backend, "episode_length": int(episode_length), "action_repeat": int(action_repeat)}
+        defaults = inspect.signature(cls.make).parameters
+        named = id_options.named(name, {option: v for option, v in options.items() if v != defaults[option].default})
+        return cls(named, **options, env=env, obs_size=int(obs.shape[-1]))
 
     @property
     def observation_space(self) -> Box:

@@ -14,7 +14,9 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxrl_frag.envs import id_options
 from jaxrl_frag.envs.core import Box, Discrete, Env, PyTree, Space, TimeStep
+from jaxrl_frag.errors import ConfigError
 
 # gymnax is imported where it is first needed: importing it runs jax operations, which start jax's backend and fix
 # its CPU device count before a command line can set it. Its environment modules import seaborn and pyplot, which
@@ -92,13 +94,23 @@ class GymnaxEnv(Env):
 
         Args:
             name: A gymnax id (``CartPole-v1``, ``Breakout-MinAtar``, ...).
-            **kwargs: Passed to ``gymnax.make``.
+            **kwargs: Passed to ``gymnax.make`` (the environment's constructor).
 
         Returns:
-            The environment, with gymnax's default parameters.
+            The environment, with gymnax's default parameters, named with ``kwargs``
+            (``Breakout-MinAtar@use_minimal_action_set=false``; ``envs.id_options``).
+
+        Raises:
+            ConfigError: For ``kwargs`` the environment's constructor does not take.
         """
-        env, params = _gymnax().make(name, **kwargs)
-        return cls(name, tuple(sorted(kwargs.items())), env, params)
+        named = id_options.named(name, kwargs)
+        try:
+            env, params = _gymnax().make(name, **kwargs)
+        except TypeError as error:  # an option its constructor does not take
+            if not kwargs:
+                raise
+            raise ConfigError("env", named, f"{name} refuses its options: {error}") from None
+        return cls(named, tuple(sorted(kwargs.items())), env, params)
 
     @property
     def observation_space(self) -> Box:

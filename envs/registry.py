@@ -10,19 +10,22 @@ starts with ``mysim:``. Its object is a factory ``factory(env_id, num_envs, **op
 (a family that batches itself), which ``make`` takes as it is but for the
 normalisation wrappers. Ids that a built-in family takes stay the built-in's.
 
-Any JAX environment id with vector observations takes the suffix ``@obs=I,J,...``:
+Any JAX environment id with vector observations takes the option ``@obs=I,J,...``:
 the environment observing only those entries of its observations (``ObservationMask``;
 ``CartPole-v1@obs=0,2`` is CartPole without its velocities, a task that needs memory).
+Brax's and gymnax's ids take their constructors' options the same way
+(``brax:ant@backend=positional``; ``envs.id_options``).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.metadata
+import inspect
 from collections.abc import Callable
 from typing import Any
 
-from jaxrl_frag.envs import brax_env, gymnax_env
+from jaxrl_frag.envs import brax_env, gymnax_env, id_options
 from jaxrl_frag.envs.core import Env
 from jaxrl_frag.envs.gymnax_env import GymnaxEnv
 from jaxrl_frag.envs.host_env import PREFIXES, HostEnv, is_host
@@ -99,10 +102,25 @@ def register(name: str, factory: Callable[..., Env]) -> None:
     _REGISTERED[name] = factory
 
 
-def split_mask(name: str) -> tuple[str, str | None]:
-    """An id without its ``@obs=...`` suffix, and the suffix's entries as written (``None`` without one)."""
-    base, mark, keep = name.partition(OBS_MASK)
-    return (base, keep) if mark else (name, None)
+def base_id(name: str) -> str:
+    """An environment id without its options (``envs.id_options``): the id a recipe's defaults are chosen by."""
+    return id_options.split(name)[0]
+
+
+def _options(full: str, name: str, options: dict[str, str], kwargs: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """``kwargs`` with the constructor ``options`` written in id ``full`` (of environment
+    ``name``), and the observation entries its ``obs`` option keeps (``None`` without one);
+    ``ConfigError`` for options where ``name`` takes none, or one also given as an argument."""
+    keep = options.pop("obs", None)
+    check(keep is None or not is_host(name), "env", full,
+          f"{OBS_MASK} masks JAX environments' observations; {name} runs on the host: drop {OBS_MASK}{keep}")
+    takes_none = is_host(name) or name in _REGISTERED or _plugin_for(name) is not None
+    check(not (options and takes_none), "env", full,
+          lambda: f"{name} takes no options in its id (Brax's and gymnax's environments do): drop "
+                  f"{id_options.named('', options)}")
+    given = sorted(set(options) & set(kwargs))
+    check(not given, "env", full, lambda: f"sets {given[0]}, which is also given as an argument: set it once")
+    return {**kwargs, **{option: id_options.value(text) for option, text in options.items()}}, keep
 
 
 def _masked(env: Env, name: str, keep: str) -> Env:
@@ -147,8 +165,9 @@ def make(
     """Make environment ``name``; with ``num_envs``, a batch of them with episode
     statistics and, if asked, observation normalisation and reward scaling.
 
-    ``kwargs`` go to the environment's constructor; a Brax id (``brax:<name>``) takes
-    ``backend``, ``episode_length`` and ``action_repeat`` (``BraxEnv.make``). Host
+    ``kwargs`` go to the environment's constructor, with the options written in a Brax or
+    gymnax id (``envs.id_options``); a Brax id (``brax:<name>``) takes ``backend``,
+    ``episode_length`` and ``action_repeat`` (``BraxEnv.make``). Host
     environments (``gymnasium:<id>``, ``ale:<Game>``) come batched only, and take
     ``workers``, ``groups`` and ``ring`` (``HostEnv.make``) besides their own arguments.
     A plugin's id (module docstring) goes to its factory with ``num_envs`` and ``kwargs``.
@@ -171,13 +190,13 @@ def make(
 
     Raises:
         ConfigError: For an unknown id (with the closest ones), a non-positive
-            ``num_envs``, options a host environment does not take, a plugin that
-            fails to load (naming its entry point), or an ``@obs=`` suffix that names
-            no observation entries of the environment.
+            ``num_envs``, options a host environment does not take, options in the id
+            of an environment that takes none or that its constructor refuses, a plugin
+            that fails to load (naming its entry point), or an ``@obs=`` option that
+            names no observation entries of the environment.
     """
-    full, (name, keep) = name, split_mask(name)
-    check(keep is None or not is_host(name), "env", full,
-          f"{OBS_MASK} masks JAX environments' observations; {name} runs on the host: drop {OBS_MASK}{keep}")
+    full, (name, options) = name, id_options.split(name)
+    kwargs, keep = _options(full, name, options, kwargs)
     if is_host(name):
         check(num_envs is not None, "num_envs", num_envs, f"host environments ({name}) come batched: give num_envs")
         for option, value in (("normalize_obs", normalize_obs), ("scale_reward", scale_reward)):
@@ -185,6 +204,9 @@ def make(
         return HostEnv.make(name, num_envs, **kwargs)
     plugin = None
     if name.startswith(brax_env.PREFIX):
+        takes = [option for option in inspect.signature(brax_env.BraxEnv.make).parameters if option != "name"]
+        unknown = sorted(set(kwargs) - set(takes))
+        check(not unknown, "env", full, lambda: f"{name} takes no option {unknown[0]}; its options: {', '.join(takes)}")
         env: Env = brax_env.BraxEnv.make(name, **kwargs)
     elif name in gymnax_env.ids() or name in _REGISTERED:
         env = _REGISTERED[name](**kwargs) if name in _REGISTERED else GymnaxEnv.make(name, **kwargs)

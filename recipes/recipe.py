@@ -87,13 +87,14 @@ class Recipe(Algorithm):
 
     @classmethod
     def create(cls, env: str, **overrides: Any) -> Recipe:
-        """The recipe on environment id ``env``: family defaults, then ``overrides``; validated."""
+        """The recipe on environment id ``env``: the defaults of its family (chosen by the id
+        without its options, ``envs.id_options``), then ``overrides``; validated."""
         fields = cls.fields()
         unknown = sorted(set(overrides) - set(fields))
         if unknown:
             raise ConfigError(unknown[0], overrides[unknown[0]],
                               f"not a {cls.__name__} setting; the settings are {', '.join(fields)}")
-        settings = {**fields, **cls.defaults(env), **overrides}
+        settings = {**fields, **cls.defaults(envs.base_id(env)), **overrides}
         cls.validate(settings)
         batched = cls.make_env(env, settings)
         cls.check_env(batched)

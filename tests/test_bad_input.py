@@ -149,6 +149,18 @@ CASES = [
     (["train", "ppo", "--env", "Breakout-MinAtar@obs=0"], ["env='Breakout-MinAtar@obs=0'", "masks vector observations"]),
     (["train", "ppo", "--env", "gymnasium:CartPole-v1@obs=0"], ["env='gymnasium:CartPole-v1@obs=0'", "runs on the host"]),
     (["train", "ippo", "--env", f"{SPREAD}@obs=0"], [f"env='{SPREAD}@obs=0'", "has 3 agents", "drop @obs=0"]),
+    # an environment's options in its id (envs.id_options)
+    (["train", "ppo", "--env", "brax:ant@colour=red"],
+     ["env='brax:ant@colour=red'", "takes no option colour", "its options: backend, episode_length, action_repeat"]),
+    (["train", "ppo", "--env", "brax:ant@backend=nope"], ["backend='nope'", "generalized, positional, spring, mjx"]),
+    (["train", "ppo", "--env", "brax:ant@episode_length=0"], ["episode_length=0", "positive integer"]),
+    (["train", "ppo", "--env", "brax:ant@backend=spring@backend=positional"],
+     ["env='brax:ant@backend=spring@backend=positional'", "gives the option backend twice"]),
+    (["train", "ppo", "--env", "CartPole-v1@backend"], ["env='CartPole-v1@backend'", "@name=value", "@backend is not one"]),
+    (["train", "ppo", "--env", "CartPole-v1@gravity=3"],
+     ["env='CartPole-v1@gravity=3'", "CartPole-v1 refuses its options", "gravity"]),
+    (["train", "ppo", "--env", "gymnasium:CartPole-v1@render_mode=human"],
+     ["env='gymnasium:CartPole-v1@render_mode=human'", "takes no options in its id", "drop @render_mode=human"]),
     # distribution policy
     ([*TRAIN, "--policy", "anakin"], ["--policy", "invalid choice: 'anakin'"]),
     ([*TRAIN, "--devices", "0"], ["devices=0", "positive"]),

@@ -25,6 +25,36 @@ def run(env: envs.Env, steps: int, action: int = 0):
     return jax.lax.scan(body, state, jax.random.split(jax.random.PRNGKey(1), steps))
 
 
+def test_the_options_in_an_id_make_the_environment_that_its_name_makes_again() -> None:
+    """``@name=value`` after an id (envs.id_options) goes to the environment's constructor; the
+    environment is named with the options that differ from its defaults, by name, so that its name
+    makes an equal environment (what evaluate and resume do); a recipe takes the defaults of the id
+    without its options."""
+    from jaxrl_frag.envs import id_options
+
+    assert [id_options.value(text) for text in ("3", "0.5", "true", "false", "positional")] == [
+        3, 0.5, True, False, "positional"]
+    env = envs.make("brax:inverted_pendulum@episode_length=500@backend=positional")
+    assert (env.backend, env.episode_length) == ("positional", 500)
+    assert env.name == "brax:inverted_pendulum@backend=positional@episode_length=500"
+    assert envs.make(env.name) == env == envs.make("brax:inverted_pendulum", backend="positional", episode_length=500)
+    assert envs.make("brax:inverted_pendulum@backend=generalized") == envs.make("brax:inverted_pendulum")
+    assert envs.make("brax:inverted_pendulum@backend=generalized").name == "brax:inverted_pendulum"
+    masked = envs.make("brax:inverted_pendulum@backend=positional@obs=0,1", num_envs=2)
+    assert masked.name == "brax:inverted_pendulum@backend=positional@obs=0,1"
+    assert masked.observation_space.shape == (2,)
+    assert envs.make(masked.name, num_envs=2) == masked
+    every_action = envs.make("Breakout-MinAtar@use_minimal_action_set=false")
+    assert (every_action.action_space.n, envs.make("Breakout-MinAtar").action_space.n) == (6, 3)
+    assert every_action.name == "Breakout-MinAtar@use_minimal_action_set=false"
+    assert envs.make(every_action.name) == every_action
+    ppo = jf.recipes.PPO.create("brax:inverted_pendulum@backend=positional")
+    assert ppo.env.name == "brax:inverted_pendulum@backend=positional"
+    brax_defaults = jf.recipes.PPO.defaults("brax:inverted_pendulum")
+    assert (ppo.num_envs, ppo.gamma) == (brax_defaults["num_envs"], brax_defaults["gamma"]) != (
+        jf.recipes.PPO.fields()["num_envs"], jf.recipes.PPO.fields()["gamma"])
+
+
 def test_time_limit_is_a_truncation_not_a_termination() -> None:
     # MountainCar never reaches the goal by pushing left: every episode ends by the 200-step time limit
     env = envs.make("MountainCar-v0", num_envs=2)
