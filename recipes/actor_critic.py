@@ -63,6 +63,17 @@ class Transition(NamedTuple):
     memory: PyTree = ()
 
 
+def resolved_torso(torso: str, shape: tuple[int, ...]) -> str:
+    """The networks' torso for setting ``torso`` on observations of ``shape``: ``torso``
+    itself, or for ``auto`` ``atari`` on images of at least 36x36 pixels, ``cnn`` on
+    smaller ones and ``mlp`` on vectors."""
+    if torso != "auto":
+        return torso
+    if len(shape) != 3:
+        return "mlp"
+    return "atari" if min(shape[:2]) >= ATARI_PIXELS else "cnn"
+
+
 class Lesson(NamedTuple):
     """What one iteration's learner learned from: the parameters it started from, the
     rollout and the observations that followed it (``samples`` makes its batch)."""
@@ -98,7 +109,8 @@ class ActorCriticRecipe(Recipe):
                                                 "ReLU throughout)")
     value_hidden: tuple[int, ...] | None = static_field(None, help="the value MLP's hidden layer widths, where they "
                                                                   "differ from the policy's (hidden); as Brax's PPO, "
-                                                                  "256,256,256,256,256")
+                                                                  "256,256,256,256,256 (not with the atari torso, "
+                                                                  "whose value head is one linear layer)")
     action_dist: str = static_field("gaussian", help="continuous actions: gaussian (a learned scale per dimension, "
                                                      "samples clipped to the bounds) or tanh-gaussian (Brax's: a scale "
                                                      "output by the policy network, samples squashed by tanh onto the "
@@ -130,6 +142,10 @@ class ActorCriticRecipe(Recipe):
               f"needs images of at least {ATARI_PIXELS}x{ATARI_PIXELS}; {env_id} observes {shape}: choose cnn or auto")
         check(settings["action_dist"] == "gaussian" or isinstance(env.action_space, envs.Box), "action_dist",
               settings["action_dist"], f"applies to continuous actions; {env_id}'s are discrete: leave it out")
+        check(settings["value_hidden"] is None or resolved_torso(torso, shape) != "atari", "value_hidden",
+              settings["value_hidden"], f"the atari torso (which {env_id} gets with --torso {torso}) values with one "
+                                        "linear layer on its shared features: leave value_hidden out, or choose "
+                                        "--torso cnn")
         check_memory_env(env_id, env, settings["memory"], torso)
         return env
 
@@ -164,14 +180,8 @@ class ActorCriticRecipe(Recipe):
 
     @property
     def network_torso(self) -> str:
-        """The networks' torso: ``torso``, or for ``auto`` ``atari`` on images of at least
-        36x36 pixels, ``cnn`` on smaller ones and ``mlp`` on vectors."""
-        if self.torso != "auto":
-            return self.torso
-        shape = self.env.observation_space.shape
-        if len(shape) != 3:
-            return "mlp"
-        return "atari" if min(shape[:2]) >= ATARI_PIXELS else "cnn"
+        """The networks' torso (``resolved_torso``)."""
+        return resolved_torso(self.torso, self.env.observation_space.shape)
 
     @property
     def recurrent(self) -> bool:

@@ -46,6 +46,8 @@ CASES = [
     ([*TRAIN, "--action-dist", "beta"], ["action_dist='beta'", "gaussian, tanh-gaussian"]),
     ([*TRAIN, "--action-dist", "tanh-gaussian"], ["action_dist='tanh-gaussian'", "CartPole-v1's are discrete"]),
     ([*TRAIN, "--value-hidden", "256,0"], ["value_hidden=(256, 0)", "positive layer widths"]),
+    (["train", "ppo", "--env", "ale:Breakout", "--value-hidden", "64,64"],
+     ["value_hidden=(64, 64)", "atari torso", "--torso auto", "leave value_hidden out"]),
     ([*TRAIN, "--unroll-length", "5"], ["unroll_length=5", "must divide num_steps = 128", "or be 0"]),
     ([*TRAIN, "--reward-scale", "0"], ["reward_scale=0", "positive"]),
     (["train", "ippo", "--env", "jaxmarl:MPE_simple_spread_v3", "--action-dist", "tanh-gaussian"],
