@@ -2,7 +2,8 @@
 n-step returns and optional prioritized replay, written once as fragments.
 
 The actor acts epsilon-greedily with the online network, epsilon decaying
-linearly; the learner regresses Q(s, a) on ``G + gamma^m Q_target(s_m, a*)``, where
+linearly (on an environment that masks actions, ``envs.MaskedObs``, among the allowed
+ones, and the bootstrap action too is an allowed one); the learner regresses Q(s, a) on ``G + gamma^m Q_target(s_m, a*)``, where
 ``G`` is the n-step return cut at an episode's end, ``a*`` the online network's
 greedy action (double) or the target network's, and no bootstrap follows a
 termination; a time-limit truncation bootstraps from the observation it cut off.
@@ -21,10 +22,11 @@ from flax import struct
 
 from jaxrl_frag import envs
 from jaxrl_frag.algorithms import hyperparameter, static_field
+from jaxrl_frag.envs.core import unmasked
 from jaxrl_frag.errors import check
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes import replay
-from jaxrl_frag.recipes.networks import QValues
+from jaxrl_frag.recipes.networks import QValues, allowed_values, uniform_allowed
 from jaxrl_frag.recipes.off_policy import EXPLORATION, OffPolicyRecipe, check_exploration, linear, polyak
 
 PyTree = Any
@@ -58,6 +60,7 @@ class DQN(OffPolicyRecipe):
     td_loss: str = static_field("mse", help="loss of the TD error: mse, or huber (quadratic within 1, then linear)")
 
     action_spaces: ClassVar[tuple[type, ...]] = (envs.Discrete,)
+    takes_action_masks: ClassVar[bool] = True  # a masked action is never chosen, nor bootstrapped from
     counts: ClassVar[tuple[str, ...]] = (*OffPolicyRecipe.counts, "n_step")
     reals: ClassVar[tuple[str, ...]] = (*OffPolicyRecipe.reals, *EXPLORATION)
     window: ClassVar[int | str] = "n_step"
@@ -98,13 +101,25 @@ class DQN(OffPolicyRecipe):
         td = chosen - target
         return TD_LOSSES[self.td_loss](td), jnp.abs(td)
 
+    def allowed_q(self, params: PyTree, obs: jax.Array | envs.MaskedObs, key: jax.Array | None = None) -> jax.Array:
+        """The Q-values ``[B, actions]`` of ``values`` on observations ``obs``, those of the
+        actions outside a ``MaskedObs``'s mask at ``-inf`` (``networks.allowed_values``)."""
+        x, mask = unmasked(obs)
+        return allowed_values(self.q_values(self.values(params, x, key)), mask)
+
     def greedy_action(self, policy: PyTree, obs: jax.Array) -> jax.Array:
-        return self.q_values(self.values(policy, obs)).argmax(-1)
+        return self.allowed_q(policy, obs).argmax(-1)
 
     def act(self, policy: PyTree, obs: jax.Array, key: jax.Array, steps: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Epsilon-greedy: with probability ``epsilon`` an action uniform over the allowed
+        ones (every action, where the environment masks none), else the greedy one."""
         k_explore, k_random = jax.random.split(key)
-        greedy = self.q_values(self.values(policy, obs, jax.random.fold_in(key, 1))).argmax(-1)
-        random = jax.random.randint(k_random, greedy.shape, 0, self.env.action_space.n)
+        q = self.allowed_q(policy, obs, jax.random.fold_in(key, 1))
+        greedy = q.argmax(-1)
+        if unmasked(obs)[1] is None:
+            random = jax.random.randint(k_random, greedy.shape, 0, self.env.action_space.n)
+        else:
+            random = uniform_allowed(k_random, q)
         action = jnp.where(jax.random.uniform(k_explore, greedy.shape) < self.epsilon(steps), random, greedy)
         return action, action
 
@@ -113,14 +128,16 @@ class DQN(OffPolicyRecipe):
         k_online, k_next, k_target = jax.random.split(key, 3)  # the noise of a noisy network's three passes
         steps = drawn.items
         returns, discount, bootstrap_obs = self.n_step_targets(steps)
-        next_target = self.values(learner.target, bootstrap_obs, k_target)
-        chooser = self.values(policy, bootstrap_obs, k_next) if self.double else next_target
-        next_value = taken(next_target, self.q_values(chooser).argmax(-1))
+        bootstrap, mask = unmasked(bootstrap_obs)
+        next_target = self.values(learner.target, bootstrap, k_target)
+        chooser = self.values(policy, bootstrap, k_next) if self.double else next_target
+        next_value = taken(next_target, allowed_values(self.q_values(chooser), mask).argmax(-1))
         at = (-1, *[1] * (next_value.ndim - 1))
         target = jax.lax.stop_gradient(returns.reshape(at) + discount.reshape(at) * next_value)
 
         def loss(params: PyTree) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-            chosen = taken(self.values(params, steps.obs[:, 0], k_online), steps.action[:, 0])
+            obs, _ = unmasked(jax.tree.map(lambda x: x[:, 0], steps.obs))
+            chosen = taken(self.values(params, obs, k_online), steps.action[:, 0])
             per_sample, priority = self.sample_loss(chosen, target)
             return (drawn.weight * per_sample).mean(), (priority, chosen)
 

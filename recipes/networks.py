@@ -137,6 +137,20 @@ def _dense(features: int, scale: float = np.sqrt(2), **kwargs: str) -> nn.Dense:
 MASKED_LOGIT = -1e9  # the logit of an action that is not available: probability 0, and no NaN in the entropy
 
 
+def allowed_values(q: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """Action values ``q`` ``[..., actions]`` with the actions outside ``mask`` (true where
+    allowed) at ``-inf``, unless the mask rules out every action (then none is ruled out,
+    so that a greedy value stays finite); as they are without a mask."""
+    if mask is None:
+        return q
+    return jnp.where(mask | ~mask.any(-1, keepdims=True), q, -jnp.inf)
+
+
+def uniform_allowed(key: jax.Array, q: jax.Array) -> jax.Array:
+    """An action ``[...]`` drawn uniformly from those with a finite value in ``q`` ``[..., actions]``."""
+    return jnp.argmax(jnp.where(jnp.isfinite(q), jax.random.uniform(key, q.shape), -jnp.inf), -1)
+
+
 def masked(logits: jax.Array, mask: jax.Array | None) -> jax.Array:
     """``logits`` with the actions outside ``mask`` (true where allowed) at ``MASKED_LOGIT``; as they are without one."""
     return logits if mask is None else jnp.where(mask, logits, MASKED_LOGIT)
@@ -536,9 +550,8 @@ class AgentsQ(nn.Module):
 
     @nn.compact
     def __call__(self, obs: AgentObs) -> jax.Array:
-        q = per_agent(LayerNormQ(self.action_dim, self.hidden), obs.obs, shared=True)
-        allowed = obs.action_mask | ~obs.action_mask.any(-1, keepdims=True)  # an agent with none may take any
-        return jnp.where(allowed, q, -jnp.inf)
+        return allowed_values(per_agent(LayerNormQ(self.action_dim, self.hidden), obs.obs, shared=True),
+                              obs.action_mask)
 
 
 class TwinCritic(nn.Module):

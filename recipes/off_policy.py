@@ -23,7 +23,7 @@ from flax import struct
 from jaxrl_frag import envs
 from jaxrl_frag.algorithms import hyperparameter, static_field
 from jaxrl_frag.bounds import INT32_MAX, is_whole
-from jaxrl_frag.envs.core import Steps
+from jaxrl_frag.envs.core import Steps, unmasked
 from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
@@ -102,7 +102,8 @@ class OffPolicyRecipe(Recipe):
     # -- what a subclass provides -------------------------------------------------
 
     def init_policy(self, key: jax.Array, obs: jax.Array) -> PyTree:
-        """The parameters the actor acts with."""
+        """The parameters the actor acts with, for observations ``obs`` (without their
+        action masks, where the environment gives them)."""
         raise NotImplementedError
 
     def init_learner(self, key: jax.Array, obs: jax.Array, policy: PyTree) -> PyTree:
@@ -161,19 +162,21 @@ class OffPolicyRecipe(Recipe):
         """For windows of ``steps`` (leaves ``[B, window, ...]``): the n-step return, the
         discount of the bootstrap value and the observation it bootstraps from."""
         returns, discount, last = n_step_return(steps.reward, steps.terminated, steps.truncated, self.gamma)
-        at = last.reshape(-1, *[1] * (steps.next_obs.ndim - 1))
-        return returns, discount, jnp.take_along_axis(steps.next_obs, at, axis=1)[:, 0]
+        bootstrap = jax.tree.map(lambda x: jnp.take_along_axis(x, last.reshape(-1, *[1] * (x.ndim - 1)), axis=1)[:, 0],
+                                 steps.next_obs)
+        return returns, discount, bootstrap
 
     # -- the loop -----------------------------------------------------------------
 
     def init(self, key: jax.Array) -> OffPolicyState:
         key, k_policy, k_learner, k_env = jax.random.split(key, 4)
         env_state, obs = self.env.reset(k_env)
-        policy = self.init_policy(k_policy, obs)
-        learner = self.init_learner(k_learner, obs, policy)
+        features, _ = unmasked(obs)
+        policy = self.init_policy(k_policy, features)
+        learner = self.init_learner(k_learner, features, policy)
         action = jax.eval_shape(self.act, policy, obs, k_policy, jnp.int32(0))[0]
         example = Steps(obs, jnp.zeros(action.shape, action.dtype),
-                        *(jnp.zeros(obs.shape[:1], dtype) for dtype in (jnp.float32, bool, bool)), obs)
+                        *(jnp.zeros(features.shape[:1], dtype) for dtype in (jnp.float32, bool, bool)), obs)
         buffer = replay.create(example, self.buffer_size // self.num_envs, self.window_steps, self.prioritized)
         return OffPolicyState(policy, learner, buffer, env_state, obs, jnp.int32(0), key)
 

@@ -26,13 +26,14 @@ from flax import struct
 from jaxrl_frag import envs, primitives
 from jaxrl_frag.algorithms import hyperparameter, static_field
 from jaxrl_frag.bounds import divisors
+from jaxrl_frag.envs.core import unmasked
 from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes.advantages import q_lambda
 from jaxrl_frag.recipes.epochs import minibatch_epochs, updates_done
 from jaxrl_frag.recipes.memory import Recurrence, check_memory, check_memory_env, recurrence
-from jaxrl_frag.recipes.networks import LayerNormQ, RecurrentQ
+from jaxrl_frag.recipes.networks import LayerNormQ, RecurrentQ, allowed_values, uniform_allowed
 from jaxrl_frag.recipes.off_policy import EXPLORATION, check_exploration, linear
 from jaxrl_frag.recipes.recipe import PolicyFn, Recipe
 from jaxrl_frag.recipes.rollout import collect_with_memory
@@ -95,6 +96,7 @@ class PQN(Recipe):
     max_grad_norm: float = hyperparameter(10.0, help="global gradient norm clip")
 
     action_spaces: ClassVar[tuple[type, ...]] = (envs.Discrete,)
+    takes_action_masks: ClassVar[bool] = True  # a masked action's value is -inf: never chosen, never bootstrapped from
     counts: ClassVar[tuple[str, ...]] = (*Recipe.counts, "num_minibatches", "num_epochs")
     reals: ClassVar[tuple[str, ...]] = (*Recipe.reals, *EXPLORATION, "q_lambda", "reward_scale", "max_grad_norm")
     positive: ClassVar[tuple[str, ...]] = (*Recipe.positive, "max_grad_norm", "reward_scale")
@@ -171,15 +173,18 @@ class PQN(Recipe):
         it may not take puts ``-inf`` there), at observations ``[B, ...]`` with
         ``recurrence`` ``()`` (feed-forward), or at environment-major sequences ``[n, T,
         ...]`` unrolled from ``recurrence`` (recurrent)."""
+        x, mask = unmasked(obs)
         if self.recurrent:
-            return self.network.apply(params, recurrence.start, obs, recurrence.first)[1]
-        return self.network.apply(params, obs)
+            return allowed_values(self.network.apply(params, recurrence.start, x, recurrence.first)[1], mask)
+        return allowed_values(self.network.apply(params, x), mask)
 
     def q_step(self, params: PyTree, memory: PyTree, obs: jax.Array) -> tuple[PyTree, jax.Array]:
         """The Q-network on one step of ``N`` environments: ``(memory after, Q-values)`` of
         observations ``[N, ...]`` read with ``memory`` (``()``, kept, for a feed-forward one)."""
         if self.recurrent:
-            return self.network.apply(params, memory, obs, method="step")
+            x, mask = unmasked(obs)
+            memory, q = self.network.apply(params, memory, x, method="step")
+            return memory, allowed_values(q, mask)
         return memory, self.q_values(params, (), obs)
 
     def chosen(self, q: jax.Array, action: jax.Array) -> jax.Array:
@@ -198,7 +203,7 @@ class PQN(Recipe):
         """Epsilon-greedy actions from Q-values ``q``: with probability ``epsilon`` one
         uniform over the available actions (those with a finite value), else the greedy one."""
         k_explore, k_random = jax.random.split(key)
-        random = jnp.argmax(jnp.where(jnp.isfinite(q), jax.random.uniform(k_random, q.shape), -jnp.inf), -1)
+        random = uniform_allowed(k_random, q)
         return jnp.where(jax.random.uniform(k_explore, random.shape) < epsilon, random, q.argmax(-1))
 
     def policy_fn(self, state: PQNState, greedy: bool) -> PolicyFn:
@@ -225,11 +230,12 @@ class PQN(Recipe):
     def init(self, key: jax.Array) -> PQNState:
         key, k_net, k_env = jax.random.split(key, 3)
         env_state, obs = self.env.reset(k_env)
+        x, _ = unmasked(obs)
         if self.recurrent:
             memory = self.network.blank(self.num_envs)
-            params = self.network.init(k_net, memory, obs, method="step")
+            params = self.network.init(k_net, memory, x, method="step")
         else:
-            memory, params = (), self.network.init(k_net, obs)
+            memory, params = (), self.network.init(k_net, x)
         return PQNState(params, self.optimizer().init(params), env_state, obs, memory, key)
 
     def step(self, state: PQNState) -> tuple[PQNState, Metrics]:

@@ -114,7 +114,7 @@ class Recipe(Algorithm):
             raise ConfigError("env", env.name, why)
         check(not env.capabilities.masks_actions or cls.takes_action_masks, "env", env.name,
               f"masks its actions (those allowed change from step to step); {cls.__name__} takes no action masks: "
-              "choose a recipe that does (ppo, a2c, impala)")
+              "choose a recipe that does (ppo, a2c, impala, dqn, qrdqn, pqn)")
         space = env.action_space
         if not isinstance(space, cls.action_spaces):
             kinds = {envs.Discrete: "discrete", envs.Box: "continuous"}

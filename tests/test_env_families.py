@@ -214,8 +214,43 @@ def test_jumanji_observes_its_action_mask_and_keeps_terminations_apart() -> None
         envs.make("jumanji:Minesweeper-v0")
     with pytest.raises(ConfigError, match="normalize_obs=True: standardises observations of one array"):
         envs.make(KNAPSACK, num_envs=2, normalize_obs=True)
-    with pytest.raises(ConfigError, match=r"masks its actions .*; DQN takes no action masks: choose a recipe that"):
-        jf.recipes.DQN.create(KNAPSACK)
+
+
+def test_q_learning_acts_and_bootstraps_within_the_masks() -> None:
+    """DQN, QR-DQN and PQN on Knapsack's masks: a masked action's value is -inf, so neither the
+    greedy action, nor an exploring one, nor the action a target bootstraps from is ever a masked
+    one (a mask that allows nothing allows everything, so that a greedy value stays finite)."""
+    from jaxrl_frag.recipes.networks import allowed_values
+
+    q = jnp.array([[1.0, 5.0, 2.0], [1.0, 5.0, 2.0]])
+    mask = jnp.array([[True, False, True], [False, False, False]])
+    np.testing.assert_array_equal(allowed_values(q, mask), [[1.0, -np.inf, 2.0], [1.0, 5.0, 2.0]])
+    small = dict(num_envs=8, num_steps=4, total_steps=8 * 4 * 3)
+    off_policy = dict(small, num_updates=2, minibatch_size=16, buffer_size=128, learning_starts=32, hidden=(32,))
+    for recipe, settings in ((jf.recipes.DQN, off_policy), (jf.recipes.QRDQN, {**off_policy, "quantiles": 4}),
+                             (jf.recipes.PQN, {**small, "num_minibatches": 2, "hidden": (32,)})):
+        algo = recipe.create(KNAPSACK, **settings)
+        program = jf.compile(algo, chunk_iterations=3)
+        history = program.run(jax.random.PRNGKey(0))
+        state = program.algorithm_state(history.state)
+        assert np.isfinite(history["loss"]).all(), (recipe.__name__, history["loss"])
+        # one allowed item per environment, chosen at random: the greedy and every exploring action take it
+        only = jax.random.randint(jax.random.PRNGKey(1), (algo.num_envs,), 0, 50)
+        obs = envs.MaskedObs(state.obs.obs, jax.nn.one_hot(only, 50, dtype=bool))
+        params = state.policy if recipe is not jf.recipes.PQN else state.params
+        if recipe is jf.recipes.PQN:
+            q = algo.q_values(params, (), obs)
+            greedy, exploring = q.argmax(-1), algo.explore(q, jax.random.PRNGKey(2), 1.0)
+        else:
+            greedy, exploring = algo.greedy_action(params, obs), algo.act(params, obs, jax.random.PRNGKey(2), 0)[0]
+        np.testing.assert_array_equal(greedy, only, err_msg=recipe.__name__)
+        np.testing.assert_array_equal(exploring, only, err_msg=recipe.__name__)
+        if recipe is not jf.recipes.PQN:  # every action the buffer holds was allowed where it was taken
+            items = state.buffer.items
+            written = np.asarray(items.obs.action_mask).reshape(-1, 50).any(-1)
+            taken = np.take_along_axis(np.asarray(items.obs.action_mask).reshape(-1, 50),
+                                       np.asarray(items.action).reshape(-1, 1).astype(int), 1)[:, 0]
+            assert written.sum() >= algo.total_steps and taken[written].all(), recipe.__name__
 
 
 @pytest.mark.learning
