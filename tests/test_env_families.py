@@ -258,7 +258,7 @@ def test_dqn_learns_jumanji_knapsack_within_its_masks() -> None:
     """DQN (16 environments x 8 steps, 128x128) on Knapsack returns 16.1, 16.2 and 14.6 at 2e5 steps
     (seeds 0 to 2; 16.1, 16.2 and 16.1 a chunk before): past random play among the allowed items (13.5),
     which a policy blind to the masks cannot reach (an item taken twice or past the capacity ends the
-    episode). The mean over the last quarter of the run, seed 0."""
+    episode). The mean over the last quarter of the run, seed 0: 16.1, and 13.8 with the masks ignored."""
     algo = jf.recipes.DQN.create(KNAPSACK, num_envs=16, num_steps=8, total_steps=200_000, hidden=(128, 128))
     history = jf.compile(algo, chunk_iterations=algo.num_iterations // 20).run(jax.random.PRNGKey(0))
     returns = np.asarray(history["episode_return"])
