@@ -69,7 +69,7 @@ def check_video(path: Path, env_id: str) -> None:
     GIF or an MP4 (an existing file there is replaced only if it is one of that kind)."""
     kind = path.suffix.lower()
     check(kind in FORMATS, "video", str(path), "writes an animated GIF or an MP4: give a path ending in .gif or .mp4")
-    check(env_id in RENDERERS or _renders(env_id), "video", str(path),
+    check(_renderer(env_id) is not None or _renders(env_id), "video", str(path),
           f"the environment {env_id} cannot be drawn; --video draws {', '.join(RENDERERS)} and the families that "
           "render (Capabilities.renders): drop --video")
     check_output("video", path)
@@ -84,8 +84,8 @@ def write_video(trained: Trained, path: Path, greedy: bool, seed: int) -> tuple[
 
     env_id = trained.recipe.env.name
     env = envs.make(env_id)
-    if env_id in RENDERERS:
-        draw, seconds = RENDERERS[env_id]
+    if (renderer := _renderer(env_id)) is not None:
+        draw, seconds = renderer
         params = env.params
         states, rewards = record_episode(trained, greedy, seed, int(params.max_steps_in_episode))
         frames = [draw(_at(states, t), params) for t in range(len(rewards))]
@@ -107,6 +107,14 @@ def write_video(trained: Trained, path: Path, greedy: bool, seed: int) -> tuple[
 
     write_atomically(path, write)
     return len(frames), float(np.sum(rewards))
+
+
+def _renderer(env_id: str) -> tuple[Callable[[Any, Any], Image.Image], Callable[[Any], float]] | None:
+    """The renderer of ``env_id``'s environment, its options aside (``CartPole-v1@obs=0,2`` is
+    CartPole, whose state the mask leaves whole); ``None`` where ``RENDERERS`` has none."""
+    from jaxrl_frag.envs import base_id
+
+    return RENDERERS.get(base_id(env_id))
 
 
 def _renders(env_id: str) -> bool:

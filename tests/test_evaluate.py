@@ -32,6 +32,19 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def test_a_masked_cartpole_run_draws_cartpole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An id with options (``CartPole-v1@obs=0,2``) is drawn by its environment's renderer: the mask
+    changes what the policy observes, not the state the frames are drawn from."""
+    run = tmp_path / "masked"
+    assert main(["train", "ppo", "--env", "CartPole-v1@obs=0,2", *TINY, "--run-dir", str(run)]) == 0
+    gif = tmp_path / "episode.gif"
+    assert main(["evaluate", str(run), "--episodes", "1", "--video", str(gif)]) == 0
+    out = capsys.readouterr().out
+    with Image.open(gif) as image:
+        frames, size = image.n_frames, image.size
+    assert size == (400, 240) and f"one episode, {frames} steps, return {frames:.2f}" in out, out
+
+
 def _files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
