@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxrl_frag.envs import id_options
 from jaxrl_frag.envs.core import Box, Capabilities, Discrete, Env, PyTree, TimeStep
 from jaxrl_frag.envs.family import check_parameters, package_module, unknown_id
 
@@ -94,7 +95,8 @@ class CraftaxEnv(Env):
         env = getattr(module, class_name)()
         params = env.default_params
         check_parameters(name, "Craftax", options, [f.name for f in dataclasses.fields(params)])
-        return cls(name, tuple(sorted(options.items())), game, env, params.replace(**options))
+        return cls(id_options.named(name, options), tuple(sorted(options.items())), game, env,
+                   params.replace(**options))
 
     @property
     def capabilities(self) -> Capabilities:

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxrl_frag.envs import id_options
 from jaxrl_frag.envs.core import AgentObs, Box, Discrete, Env, PyTree, Space, TimeStep
 from jaxrl_frag.envs.wrappers import VecEnv
 from jaxrl_frag.errors import ConfigError, check, did_you_mean
@@ -145,22 +146,26 @@ class JaxMarlEnv(Env):
                 continuous of different shapes).
         """
         jaxmarl = _jaxmarl()
+        named = id_options.named(name, options)
         short = name.removeprefix(PREFIX)
         smax = short.startswith(SMAX) and short.removeprefix(SMAX) in _smax_scenarios()
-        if smax:
-            from jaxmarl.environments.smax import map_name_to_scenario
+        try:
+            if smax:
+                from jaxmarl.environments.smax import map_name_to_scenario
 
-            scenario = map_name_to_scenario(short.removeprefix(SMAX))
-            inner = jaxmarl.make("HeuristicEnemySMAX", scenario=scenario, **{**SMAX_SETTINGS, **options})
-        elif short in _families():
-            if short in _mabrax_names():  # the reset is this adapter's, so that final_obs is the episode's last
-                options = {**options, "auto_reset": False}
-            inner = jaxmarl.make(short, **options)
-        else:
-            raise ConfigError("env", name, f"unknown JaxMARL environment; {did_you_mean(name, ids())}JaxMARL's names are "
-                                           f"{', '.join(PREFIX + n for n in _families())}, and SMAX scenarios "
-                                           f"{PREFIX}{SMAX}<scenario> for {', '.join(_smax_scenarios())}")
-        env = cls(name, tuple(sorted(options.items())), inner, smax)
+                scenario = map_name_to_scenario(short.removeprefix(SMAX))
+                inner = jaxmarl.make("HeuristicEnemySMAX", scenario=scenario, **{**SMAX_SETTINGS, **options})
+            elif short in _families():
+                if short in _mabrax_names():  # the reset is this adapter's, so that final_obs is the episode's last
+                    options = {**options, "auto_reset": False}
+                inner = jaxmarl.make(short, **options)
+            else:
+                raise ConfigError("env", name, f"unknown JaxMARL environment; {did_you_mean(name, ids())}JaxMARL's names "
+                                               f"are {', '.join(PREFIX + n for n in _families())}, and SMAX scenarios "
+                                               f"{PREFIX}{SMAX}<scenario> for {', '.join(_smax_scenarios())}")
+        except TypeError as error:  # an option its constructor does not take
+            raise ConfigError("env", named, f"JaxMARL refuses the options: {error}") from None
+        env = cls(named, tuple(sorted(options.items())), inner, smax)
         env._check_stackable()
         return env
 

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_frag.envs import id_options
 from jaxrl_frag.envs.core import Box, Capabilities, Discrete, Env, MaskedObs, PyTree, TimeStep
 from jaxrl_frag.envs.family import package_module, unknown_id
 from jaxrl_frag.errors import ConfigError
@@ -96,7 +97,7 @@ class JumanjiEnv(Env):
                                            "once); the jumanji: family takes tasks whose action is one choice among "
                                            "n (a DiscreteArray): Snake-v1, Game2048-v1, Maze-v0, Knapsack-v1, TSP-v1, "
                                            "GraphColoring-v1, ...")
-        return cls(name, tuple(sorted(options.items())), env)
+        return cls(id_options.named(name, options), tuple(sorted(options.items())), env)
 
     @property
     def capabilities(self) -> Capabilities:

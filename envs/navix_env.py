@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_frag.envs import id_options
 from jaxrl_frag.envs.core import Box, Capabilities, Discrete, Env, PyTree, TimeStep
 from jaxrl_frag.envs.family import package_module, unknown_id
 from jaxrl_frag.errors import ConfigError, check
@@ -81,7 +82,7 @@ class NavixEnv(Env):
             env = navix.make(short, **options)
         except TypeError as error:
             raise ConfigError("env", name, f"Navix refuses the options {options}: {error}") from None
-        return cls(name, tuple(sorted(options.items(), key=lambda item: item[0])), env)
+        return cls(id_options.named(name, options), tuple(sorted(options.items(), key=lambda item: item[0])), env)
 
     @property
     def capabilities(self) -> Capabilities:

@@ -4,8 +4,8 @@ Besides the built-in families, ``make`` takes the ids that installed packages de
 in the entry-point group ``jaxrl_frag.envs`` (``PLUGIN_GROUP``): an entry point named
 ``MyEnv-v0`` serves that id, one named ``mysim:`` (ending in a colon) every id that
 starts with ``mysim:``. Its object is a factory ``factory(env_id, num_envs, **options)
--> Env``, called with the whole id, the batch size (``None`` for one environment) and
-``make``'s extra keyword arguments; it returns one unbatched environment, which
+-> Env``, called with the id less its options, the batch size (``None`` for one
+environment) and the options with ``make``'s extra keyword arguments; it returns one unbatched environment, which
 ``make`` batches and wraps as it does gymnax's, or a batch of exactly ``num_envs``
 (a family that batches itself), which ``make`` takes as it is but for the
 normalisation wrappers. Ids that a built-in family takes stay the built-in's.
@@ -13,8 +13,11 @@ normalisation wrappers. Ids that a built-in family takes stay the built-in's.
 Any JAX environment id with vector observations takes the option ``@obs=I,J,...``:
 the environment observing only those entries of its observations (``ObservationMask``;
 ``CartPole-v1@obs=0,2`` is CartPole without its velocities, a task that needs memory).
-Brax's and gymnax's ids take their constructors' options the same way
-(``brax:ant@backend=positional``; ``envs.id_options``).
+Every JAX environment's id takes its constructor's options the same way
+(``brax:ant@backend=positional``, ``jumanji:Maze-v0@time_limit=50``; ``envs.id_options``):
+a registered or a plugin's factory gets them as keyword arguments, beside ``make``'s own,
+and must name the environment it returns with them (``id_options.named``), since its name
+is how ``evaluate`` and ``resume`` make it again.
 """
 
 from __future__ import annotations
@@ -110,17 +113,29 @@ def base_id(name: str) -> str:
 def _options(full: str, name: str, options: dict[str, str], kwargs: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     """``kwargs`` with the constructor ``options`` written in id ``full`` (of environment
     ``name``), and the observation entries its ``obs`` option keeps (``None`` without one);
-    ``ConfigError`` for options where ``name`` takes none, or one also given as an argument."""
+    ``ConfigError`` for options on a host environment's id, or one also given as an argument."""
     keep = options.pop("obs", None)
     check(keep is None or not is_host(name), "env", full,
           f"{OBS_MASK} masks JAX environments' observations; {name} runs on the host: drop {OBS_MASK}{keep}")
-    takes_none = is_host(name) or name in _REGISTERED or _plugin_for(name) is not None
-    check(not (options and takes_none), "env", full,
-          lambda: f"{name} takes no options in its id (Brax's and gymnax's environments do): drop "
+    check(not (options and is_host(name)), "env", full,
+          lambda: f"{name} runs on the host and takes no options in its id (JAX environments do): drop "
                   f"{id_options.named('', options)}")
     given = sorted(set(options) & set(kwargs))
     check(not given, "env", full, lambda: f"sets {given[0]}, which is also given as an argument: set it once")
     return {**kwargs, **{option: id_options.value(text) for option, text in options.items()}}, keep
+
+
+def _named_with(env: Env, full: str, options: dict[str, str]) -> Env:
+    """``env``, made by a registered or a plugin's factory from id ``full`` with ``options``;
+    ``ConfigError`` unless its name carries them (``id_options.named``), which is how
+    ``evaluate`` and ``resume`` make it again."""
+    named = {option: id_options.value(text) for option, text in id_options.split(env.name)[1].items()}
+    given = {option: id_options.value(text) for option, text in options.items()}
+    check(all(option in named and named[option] == value for option, value in given.items()), "env", full,
+          lambda: f"its factory named the environment {env.name!r}, not with the options {id_options.named('', given)}, "
+                  "so evaluate and resume could not make it again: the factory must name it with them "
+                  "(jaxrl_frag.envs.id_options.named), or drop them")
+    return env
 
 
 def _masked(env: Env, name: str, keep: str) -> Env:
@@ -191,9 +206,10 @@ def make(
     Raises:
         ConfigError: For an unknown id (with the closest ones), a non-positive
             ``num_envs``, options a host environment does not take, options in the id
-            of an environment that takes none or that its constructor refuses, a plugin
-            that fails to load (naming its entry point), or an ``@obs=`` option that
-            names no observation entries of the environment.
+            that the environment's constructor refuses or that a registered or plugin's
+            factory does not name its environment with, a plugin that fails to load
+            (naming its entry point), or an ``@obs=`` option that names no observation
+            entries of the environment.
     """
     full, (name, options) = name, id_options.split(name)
     kwargs, keep = _options(full, name, options, kwargs)
@@ -208,11 +224,13 @@ def make(
         unknown = sorted(set(kwargs) - set(takes))
         check(not unknown, "env", full, lambda: f"{name} takes no option {unknown[0]}; its options: {', '.join(takes)}")
         env: Env = brax_env.BraxEnv.make(name, **kwargs)
-    elif name in gymnax_env.ids() or name in _REGISTERED:
-        env = _REGISTERED[name](**kwargs) if name in _REGISTERED else GymnaxEnv.make(name, **kwargs)
+    elif name in gymnax_env.ids():
+        env = GymnaxEnv.make(name, **kwargs)
+    elif name in _REGISTERED:
+        env = _named_with(_REGISTERED[name](**kwargs), full, options)
     elif (plugin := _plugin_for(name)) is not None:
         check(num_envs is None or num_envs > 0, "num_envs", num_envs, "must be a positive number of environments")
-        env = _from_plugin(plugin, name, num_envs, kwargs)
+        env = _named_with(_from_plugin(plugin, name, num_envs, kwargs), full, options)
     else:
         known = [*available(), *(f"{prefix}<id>" for prefix in plugin_families())]
         raise ConfigError("env", name, f"unknown environment; {did_you_mean(name, known)}available: {', '.join(known)}, "

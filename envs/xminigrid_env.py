@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_frag.envs import id_options
 from jaxrl_frag.envs.core import Box, Capabilities, Discrete, Env, PyTree, TimeStep
 from jaxrl_frag.envs.family import check_parameters, package_module, unknown_id
 from jaxrl_frag.errors import check
@@ -82,7 +83,7 @@ class XMiniGridEnv(Env):
                                                            if f.name != "render_mode"])
         steps = options.get("max_steps", params.max_steps)
         check(isinstance(steps, int | np.integer) and steps > 0, "max_steps", steps, "must be a positive integer")
-        return cls(name, tuple(sorted(options.items())), env, params.replace(**options))
+        return cls(id_options.named(name, options), tuple(sorted(options.items())), env, params.replace(**options))
 
     @property
     def capabilities(self) -> Capabilities:

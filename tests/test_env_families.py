@@ -200,7 +200,8 @@ def test_jumanji_observes_its_action_mask_and_keeps_terminations_apart() -> None
     assert float(ts.reward) == pytest.approx(float(obs.obs[50])) and not bool(ts.obs.action_mask[0])
     assert int(ts.obs.action_mask.sum()) == 49 and not bool(ts.terminated | ts.truncated)
     # Maze ends an episode at its time limit as a termination (discount 0), as Jumanji's own step says
-    maze = envs.make("jumanji:Maze-v0", time_limit=3)
+    maze = envs.make("jumanji:Maze-v0@time_limit=3")  # an option in the id, the environment named with it
+    assert maze.name == "jumanji:Maze-v0@time_limit=3" and envs.make(maze.name) == maze
     state, obs = maze.reset(jax.random.PRNGKey(0))
     for t in range(3):
         action = jnp.argmax(obs.action_mask)  # an allowed move

@@ -3,6 +3,7 @@ the convolutional torso for image observations."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -48,6 +49,12 @@ def test_the_options_in_an_id_make_the_environment_that_its_name_makes_again() -
     assert (every_action.action_space.n, envs.make("Breakout-MinAtar").action_space.n) == (6, 3)
     assert every_action.name == "Breakout-MinAtar@use_minimal_action_set=false"
     assert envs.make(every_action.name) == every_action
+    # a registered factory gets the options, and must name its environment with them
+    envs.register("NamedCartPole-v0", lambda gravity=9.8: envs.GymnaxEnv.make("CartPole-v1") if gravity == 9.8 else
+                  dataclasses.replace(envs.GymnaxEnv.make("CartPole-v1"), name=f"NamedCartPole-v0@gravity={gravity}"))
+    assert envs.make("NamedCartPole-v0@gravity=3.5").name == "NamedCartPole-v0@gravity=3.5"
+    with pytest.raises(ConfigError, match=r"named the environment 'CartPole-v1', not with the options @gravity=9.8"):
+        envs.make("NamedCartPole-v0@gravity=9.8")
     ppo = jf.recipes.PPO.create("brax:inverted_pendulum@backend=positional")
     assert ppo.env.name == "brax:inverted_pendulum@backend=positional"
     brax_defaults = jf.recipes.PPO.defaults("brax:inverted_pendulum")

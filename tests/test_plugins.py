@@ -175,16 +175,18 @@ def test_a_plugin_that_fails_to_load_is_one_line_naming_its_entry_point(site: Pa
 
 @pytest.fixture
 def installed(site: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The plugins visible to ``main`` in this process, for this test only."""
-    from jaxrl_frag import recipes
+    """The plugins visible to ``main`` in this process, for this test only: every group's list of
+    them (recipes, environments, policies, transforms) is read again with them and again without."""
+    from jaxrl_frag import recipes, sharding, transforms
     from jaxrl_frag.envs import registry
 
+    groups = (recipes.plugins, registry.plugins, sharding.plugins, transforms.plugins)
     monkeypatch.syspath_prepend(str(site))
-    recipes.plugins.cache_clear()
-    registry.plugins.cache_clear()
+    for group in groups:
+        group.cache_clear()
     yield
-    recipes.plugins.cache_clear()
-    registry.plugins.cache_clear()
+    for group in groups:
+        group.cache_clear()
 
 
 @pytest.mark.parametrize(("argv", "expected"), [
