@@ -634,15 +634,16 @@ def _uniform(bound: float) -> Callable[..., jax.Array]:
 class NoisyDense(nn.Module):
     """A dense layer with factorised Gaussian noise on its weights (NoisyNet; Fortunato et
     al. 2018): ``y = x (mu_w + sigma_w * f(e_in) f(e_out)^T) + mu_b + sigma_b * f(e_out)``,
-    ``f(e) = sign(e) sqrt(|e|)``, ``e`` standard normal, one draw for the whole batch
-    from the ``noise`` RNG stream; without that stream, the mean weights (``mu``). The
-    means start uniform in ``+-1/sqrt(inputs)``, the scales at ``sigma0 / sqrt(inputs)``
-    (``sigma0`` given at initialisation; a traced hyperparameter)."""
+    ``f(e) = sign(e) sqrt(|e|)``, ``e_in`` and ``e_out`` the two parts of ``noise`` (one
+    standard normal draw of ``inputs + features`` values for the whole batch); without
+    ``noise``, the mean weights (``mu``). The means start uniform in ``+-1/sqrt(inputs)``,
+    the scales at ``sigma0 / sqrt(inputs)`` (``sigma0`` given at initialisation; a traced
+    hyperparameter)."""
 
     features: int
 
     @nn.compact
-    def __call__(self, x: jax.Array, sigma0: jax.Array | float = 0.5) -> jax.Array:
+    def __call__(self, x: jax.Array, sigma0: jax.Array | float = 0.5, noise: jax.Array | None = None) -> jax.Array:
         inputs = x.shape[-1]
         bound = 1.0 / np.sqrt(inputs)
         mu_w = self.param("mu_kernel", _uniform(bound), (inputs, self.features))
@@ -650,11 +651,11 @@ class NoisyDense(nn.Module):
         scale = lambda key, shape: jnp.full(shape, sigma0 * bound, jnp.float32)  # noqa: E731
         sigma_w = self.param("sigma_kernel", scale, (inputs, self.features))
         sigma_b = self.param("sigma_bias", scale, (self.features,))
-        if not self.has_rng("noise"):
+        if noise is None:
             return x @ mu_w + mu_b
-        k_in, k_out = jax.random.split(self.make_rng("noise"))
-        f = lambda e: jnp.sign(e) * jnp.sqrt(jnp.abs(e))  # noqa: E731
-        e_in, e_out = f(jax.random.normal(k_in, (inputs,))), f(jax.random.normal(k_out, (self.features,)))
+        assert noise.shape == (inputs + self.features,), (noise.shape, inputs, self.features)
+        e = jnp.sign(noise) * jnp.sqrt(jnp.abs(noise))
+        e_in, e_out = e[:inputs], e[inputs:]
         return x @ (mu_w + sigma_w * jnp.outer(e_in, e_out)) + mu_b + sigma_b * e_out
 
 
@@ -663,10 +664,11 @@ class DuelingQ(nn.Module):
     distribution's quantiles or atoms; 1 for plain Q-values). With ``dueling`` (Wang et
     al. 2016), the hidden layers but the last are a shared torso, and a value stream and
     an advantage stream, each a layer of the last width, give ``V + A - mean_a A``; with
-    ``noisy``, every fully connected layer is a ``NoisyDense``; with ``conv``, image
-    observations ``[N, H, W, C]`` first go through a 3x3 convolution of 16 channels and a
-    ReLU (the MinAtar network's, as ``MLP``'s ``conv``), never noisy. ``sigma0`` is the
-    noisy layers' initial noise scale."""
+    ``noisy``, every fully connected layer is a ``NoisyDense``, whose noise is one draw
+    from the ``noise`` RNG stream for the whole network (without that stream, the mean
+    weights); with ``conv``, image observations ``[N, H, W, C]`` first go through a 3x3
+    convolution of 16 channels and a ReLU (the MinAtar network's, as ``MLP``'s ``conv``),
+    never noisy. ``sigma0`` is the noisy layers' initial noise scale."""
 
     action_dim: int
     hidden: Sequence[int]
@@ -677,19 +679,33 @@ class DuelingQ(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, sigma0: jax.Array | float = 0.5) -> jax.Array:
-        def dense(features: int, scale: float = np.sqrt(2)) -> Callable[[jax.Array], jax.Array]:
-            if self.noisy:
-                return lambda y: NoisyDense(features)(y, sigma0)
-            return _dense(features, scale)
-
         if self.conv:
             x = nn.relu(_dense(16, name="conv")(patches(x)))
         x = x.reshape(x.shape[0], -1)
-        for width in self.hidden[:-1] if self.dueling else self.hidden:
+        torso = tuple(self.hidden[:-1] if self.dueling else self.hidden)
+        outputs = self.action_dim * self.atoms
+        inputs = (x.shape[-1], *torso)
+        last = inputs[-1]
+        heads = ((last, self.hidden[-1]), (self.hidden[-1], self.atoms), (last, self.hidden[-1]),
+                 (self.hidden[-1], outputs)) if self.dueling else ((last, outputs),)
+        # the layers' (inputs, features) in the order they are called: their noise, one draw (each draw is a threefry
+        # hash that XLA compiles on its own: on CPU about 65 ms a draw in a program compiled for compile time)
+        layers = (*zip(inputs[:-1], torso, strict=True), *heads)
+        noise = None
+        if self.noisy and self.has_rng("noise"):
+            draw = jax.random.normal(self.make_rng("noise"), (sum(i + f for i, f in layers),))
+            noise = iter(jnp.split(draw, np.cumsum([i + f for i, f in layers])[:-1]))
+
+        def dense(features: int, scale: float = np.sqrt(2)) -> Callable[[jax.Array], jax.Array]:
+            if self.noisy:
+                return lambda y: NoisyDense(features)(y, sigma0, None if noise is None else next(noise))
+            return _dense(features, scale)
+
+        for width in torso:
             x = nn.relu(dense(width)(x))
         if not self.dueling:
-            return dense(self.action_dim * self.atoms, 1.0)(x).reshape(-1, self.action_dim, self.atoms)
+            return dense(outputs, 1.0)(x).reshape(-1, self.action_dim, self.atoms)
         value = dense(self.atoms, 1.0)(nn.relu(dense(self.hidden[-1])(x)))
-        advantage = dense(self.action_dim * self.atoms, 1.0)(nn.relu(dense(self.hidden[-1])(x)))
+        advantage = dense(outputs, 1.0)(nn.relu(dense(self.hidden[-1])(x)))
         advantage = advantage.reshape(-1, self.action_dim, self.atoms)
         return value[:, None] + advantage - advantage.mean(1, keepdims=True)
