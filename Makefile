@@ -16,11 +16,12 @@ PYTHON ?= python3
 TEST_WORKERS ?= 2
 PYTEST = $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
-# installed by uv (pip's resolver and downloads, one at a time, take 4 to 5 times as long from an empty cache), or by
-# pip where uv cannot install
+# installed by uv (pip's resolver and downloads, one at a time, take 4 to 5 times as long from an empty cache),
+# trusting the system's certificates as pip does, or by pip where uv cannot install
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q uv && $(VENV)/bin/uv pip install -q --python $(VENV)/bin/python --upgrade pip -e '.[dev]' \
+	$(VENV)/bin/pip install -q uv && $(VENV)/bin/uv pip install -q --system-certs --python $(VENV)/bin/python \
+		--upgrade pip -e '.[dev]' \
 		|| $(VENV)/bin/pip install -q --upgrade pip -e '.[dev]'
 	touch $@
 
