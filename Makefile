@@ -1,4 +1,5 @@
-# make train: set up .venv if needed (about 90 s on a fresh machine), then train PPO on CartPole-v1 (15-20 s on 2 CPU cores)
+# make train: set up .venv if needed (15-20 s on a fresh machine with uv, 90 s with pip), then train PPO on CartPole-v1
+#             (10-15 s on 2 CPU cores)
 # make test:  set up .venv if needed, then lint, build the API reference (strict) and run the test suite but for
 #             the longest learning runs (once the compilation cache holds the suite's programs: 8 to 10 minutes on
 #             2 AMD EPYC cores, 13 to 14 on 2 Intel Xeon cores; see tests/conftest.py and the suite times in benchmarks/RESULTS.md)
