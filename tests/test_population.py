@@ -4,6 +4,7 @@ non-finite is frozen and reported while the others train on."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -15,7 +16,7 @@ from poisoned_env import PoisonedRewards
 import jaxrl_frag as jf
 from jaxrl_frag import ConfigError, envs, sharding
 from jaxrl_frag.errors import NonFiniteError
-from jaxrl_frag.transforms import Population
+from jaxrl_frag.transforms import Population, boost
 
 SMALL = dict(num_envs=8, num_steps=32, total_steps=8 * 32 * 4)  # 4 iterations
 LRS, SEEDS, ENT = (1e-4, 3e-4, 1e-3, 2.5e-4), (0, 1, 2, 3), (0.0, 0.01, 0.02, 0.0)
@@ -160,3 +161,35 @@ def test_cli_reports_the_failed_member_and_trains_the_others(tmp_path: Path, cap
         rows = [row for row in csv.DictReader(f) if row["member"] == str(BAD)]
     assert [(row["iteration"], float(row["failed_count"])) for row in rows] == [("2.0", 0), ("4.0", 2), ("6.0", 2)]
     assert [row["loss"] for row in rows[1:]] == ["nan", "nan"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Forgetful(envs.Wrapper):
+    """CartPole under an id of its own, whose state a checkpoint does not restore (as a host
+    environment's): a resumed run starts its environments afresh."""
+
+    name: str = "ForgetfulCartPole-v1"
+
+    @property
+    def capabilities(self) -> envs.Capabilities:
+        return dataclasses.replace(super().capabilities, restorable=False)
+
+
+envs.register(Forgetful.name, lambda: Forgetful(envs.GymnaxEnv.make("CartPole-v1")))
+
+
+def test_a_transform_resumes_its_recipes_state_as_the_recipe_resumes_it() -> None:
+    """A population resumes every member, and a boosted run its pool, as the recipe alone
+    does: here, environments a checkpoint does not restore start afresh."""
+    recipe = jf.recipes.PPO.create(Forgetful.name, **{**SMALL, "anneal_lr": False})
+    assert not recipe.env.capabilities.restorable
+    for algorithm in (Population.of([recipe, recipe.replace(lr=1e-3)], [0, 1]),
+                      boost.Boosted.create(recipe, ladder=(4, 8), strategy="fixed", fixed_actors=4)):
+        state = jax.jit(algorithm.init)(jax.random.PRNGKey(0))
+        resumed = jax.jit(algorithm.resumed)(state)
+        for member in range(getattr(algorithm, "size", 1)):
+            (inner, before), (_, after) = algorithm.unwrap(state, member), algorithm.unwrap(resumed, member)
+            expected = inner.resumed(before)
+            assert not np.array_equal(expected.obs, before.obs)  # the environments started afresh
+            for got, want in zip(jax.tree.leaves(after), jax.tree.leaves(expected), strict=True):
+                np.testing.assert_array_equal(got, want, err_msg=type(algorithm).__name__)

@@ -376,6 +376,11 @@ class Boosted(Wrapper):
         steps = jnp.asarray(self.round_steps)
         return (c.env_steps + steps <= self.budget_steps) & (c.cost + self.round_cost <= self.budget_cost)
 
+    def resumed(self, state: BoostState) -> BoostState:
+        """The pool's restored state as the recipe resumes it (``Algorithm.resumed``); the
+        controller's as it was saved."""
+        return state.replace(pool=self.recipe.resumed(state.pool))
+
     def finished(self, state: BoostState) -> jax.Array:
         """Whether no rung fits in what is left of the budget."""
         return ~self.affordable(state.controller).any()

@@ -121,6 +121,10 @@ class Population(Wrapper):
         return (jax.tree.map(where_ok, new, state), {**metrics, FAILED: (~ok).astype(jnp.float32)},
                 {name: ok.any() | flag.all() for name, flag in flags.items()})
 
+    def resumed(self, state: PyTree) -> PyTree:
+        """Every member's restored state as the member resumes it (``Algorithm.resumed``)."""
+        return self._vmap(lambda member, s: member.resumed(s))(self.members, state)
+
     def finished(self, state: PyTree) -> jax.Array:
         """Whether every member is finished (those finished first idle until then)."""
         return self._vmap(lambda member, s: member.finished(s))(self.members, state).all()
