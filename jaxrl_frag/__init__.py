@@ -39,6 +39,7 @@ _EXPORTS = {
     "History": "jaxrl_frag.program",
     "Program": "jaxrl_frag.program",
     "compile": "jaxrl_frag.program",
+    "explain": "jaxrl_frag.program",
     "export_policy": "jaxrl_frag.app.evaluation",
     "load_policy": "jaxrl_frag.app.evaluation",
     "evaluate": "jaxrl_frag.app.evaluation",
@@ -71,4 +72,4 @@ if TYPE_CHECKING:
     from jaxrl_frag.fragments import Fragment, fragment  # noqa: F401
     from jaxrl_frag.graph import FragmentGraph  # noqa: F401
     from jaxrl_frag.primitives import batch_moments, flatten_batch, minibatches, standardize  # noqa: F401
-    from jaxrl_frag.program import History, Program, compile  # noqa: A004, F401
+    from jaxrl_frag.program import History, Program, compile, explain  # noqa: A004, F401

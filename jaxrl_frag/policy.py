@@ -37,6 +37,9 @@ BatchAxes = Mapping[str, int]  # state field -> axis that carries the environmen
 NamedAxes = Mapping[str, Mapping[str, int]]  # axis name -> {state field: axis} (Algorithm.named_axes)
 
 
+_KEY = jax.ShapeDtypeStruct((2,), jnp.uint32)  # a raw key, as programs take it
+_COUNT = jax.ShapeDtypeStruct((), jnp.int32)  # an iteration count
+
 # XLA's options for a program that runs once per run (``init``): its backend's optimisations off, which about
 # halves its compilation and costs milliseconds of running
 RUN_ONCE_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
@@ -94,6 +97,11 @@ class Executor(Protocol):
 
     def trace_step(self) -> Any:
         """The jaxpr of one step under the policy's lowering (for the fragment graph)."""
+        ...
+
+    def compile(self) -> None:
+        """Compile the programs it runs, once: ``Program`` calls it (and times it) before
+        anything runs; ``explain`` alone compiles no more than its figures need."""
         ...
 
     def algorithm_state(self, state: PyTree) -> PyTree:
@@ -182,26 +190,31 @@ class SpmdExecutor:
 
     def __init__(self, algorithm: Algorithm, policy: Policy, max_rows: int, check_finite: bool):
         self.algorithm, self.policy = algorithm, policy
-        key = jax.ShapeDtypeStruct((2,), jnp.uint32)
-        count = jax.ShapeDtypeStruct((), jnp.int32)
-        rule = policy.lowering()
+        self._rule = rule = policy.lowering()
+        self._run_iterations = functools.partial(run_iterations, max_rows=max_rows, check_finite=check_finite)
         self._step_fn = tracing.under(rule, tracing.step)
         # every trace under the rule: the fragments' traces under it are made once and reused
-        self.state_shape = jax.eval_shape(tracing.under(rule, tracing.init), algorithm, key)
+        self.state_shape = jax.eval_shape(tracing.under(rule, tracing.init), algorithm, _KEY)
         self._replicated, self.state_sharding = policy.shardings(
             self.state_shape, lambda: tracing.batch_axes(self.trace_step()), algorithm.named_axes)
         self.metric_shapes = jax.eval_shape(tracing.under(rule, tracing.checked_step), algorithm, self.state_shape)[1]
         rep, state = self._replicated, self.state_sharding
-        call = tracing.under(rule, functools.partial(run_iterations, max_rows=max_rows, check_finite=check_finite))
-        start = jax.jit(tracing.under(rule, tracing.init), in_shardings=(rep, rep), out_shardings=state).lower(
-            algorithm, key)
         # across processes traced under the rule, so that what it restarts (host environments' resets) runs in every
         # process on its own rows; within one, run as it is (no compilation)
         self._resumed = (jax.jit(tracing.under(rule, tracing.resumed), in_shardings=(rep, state), out_shardings=state)
                          if jax.process_count() > 1 else tracing.resumed)
-        iterations = jax.jit(call, in_shardings=(rep, state, rep, rep, rep, rep),
+        self._call = self._init = None
+
+    def compile(self) -> None:
+        """Lower and compile ``run_iterations`` and ``init``, at once (``Executor.compile``)."""
+        if self._call is not None:
+            return
+        rule, rep, state, count = self._rule, self._replicated, self.state_sharding, _COUNT
+        start = jax.jit(tracing.under(rule, tracing.init), in_shardings=(rep, rep), out_shardings=state).lower(
+            self.algorithm, _KEY)
+        iterations = jax.jit(tracing.under(rule, self._run_iterations), in_shardings=(rep, state, rep, rep, rep, rep),
                              out_shardings=(state, rep, rep, rep, rep, rep), donate_argnums=(1,)).lower(
-            algorithm, self.state_shape, Chunk.empty(self.metric_shapes), count, count, count)
+            self.algorithm, self.state_shape, Chunk.empty(self.metric_shapes), count, count, count)
         self._call, self._init = compile_together((iterations, False), (start, True))  # init compiled beside the rest
 
     def init(self, key: np.ndarray) -> PyTree:
@@ -226,7 +239,7 @@ class SpmdExecutor:
         return jax.device_put(self._resumed(self.algorithm, state), self.state_sharding)
 
     def explain(self, compile_seconds: dict[str, float]) -> Explanation:
-        """Compiles the single step once more, for XLA's per-iteration figures."""
+        """Compiles one iteration alone, for XLA's per-iteration figures."""
         traced = self.trace_step()
         t0 = time.perf_counter()
         rep, state = self._replicated, self.state_sharding

@@ -96,6 +96,7 @@ class Program:
         self.check_finite = check_finite
         t0 = time.perf_counter()
         self._executor: Executor = policy.executor(algorithm, self.max_rows_per_call, check_finite)
+        self._executor.compile()
         self.compile_seconds = time.perf_counter() - t0
 
     def init(self, key: jax.Array) -> PyTree:
@@ -319,6 +320,15 @@ def compile(  # noqa: A001
     if chunk_iterations is None:
         chunk_iterations = default_chunk_iterations(algorithm)
     return Program(algorithm, policy or SingleDevice(), chunk_iterations, seconds_per_call, check_finite)
+
+
+def explain(algorithm: Algorithm, policy: Policy | None = None) -> Explanation:
+    """What ``compile(algorithm, policy).explain()`` shows, but compiling only what its
+    figures need rather than the training programs first: under an SPMD policy one
+    iteration alone (``compile`` would build ``run_iterations`` and ``init`` besides), so
+    its compile seconds are that iteration's."""
+    use_compilation_cache()
+    return (policy or SingleDevice()).executor(algorithm, Program.max_rows_per_call, True).explain({})
 
 
 def default_chunk_iterations(algorithm: Algorithm) -> int:

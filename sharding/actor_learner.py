@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -215,7 +216,7 @@ class ActorLearnerExecutor:
         a_rep, a_tree = policy.actor.shardings(self._shape, lambda: axes, algorithm.named_axes)
         l_rep, l_tree = policy.learner.shardings(self._shape, lambda: axes, algorithm.named_axes)
         flight, lagged = self._channels()
-        self._compile(rule, flight, lagged, (a_rep, jax.tree.leaves(a_tree)), (l_rep, jax.tree.leaves(l_tree)))
+        self._build(rule, flight, lagged, (a_rep, jax.tree.leaves(a_tree)), (l_rep, jax.tree.leaves(l_tree)))
         # across processes, Algorithm.resumed traced under the actor's rule on the whole state placed on the actor
         # group, where what a resumed run restarts (the environments) lives, so that it runs in every process
         self._on_actor = a_tree
@@ -266,10 +267,11 @@ class ActorLearnerExecutor:
         lagged_avals = [self._avals[i] for i in split.lagged]
         return flight, _Channel(lagged_avals, [dtype] * len(lagged_avals), [None] * len(lagged_avals))
 
-    def _compile(self, rule: primitives.Lowering, flight: _Channel, lagged: _Channel,
-                 actor: tuple[Sharding, list[Sharding]], learner: tuple[Sharding, list[Sharding]]) -> None:
-        """Compile the actor's and the learner's iteration and initialisation, each on its
-        group (``actor`` and ``learner``: the replicated sharding and every field's)."""
+    def _build(self, rule: primitives.Lowering, flight: _Channel, lagged: _Channel,
+               actor: tuple[Sharding, list[Sharding]], learner: tuple[Sharding, list[Sharding]]) -> None:
+        """The actor's and the learner's iteration and initialisation, each jitted on its
+        group (``actor`` and ``learner``: the replicated sharding and every field's) for
+        ``compile``, and the placements of what moves between the groups."""
         split, avals, actor_metrics, actor_flags = self._split, self._avals, self._actor_metrics, self._actor_flags
         (a_rep, a_leaf), (l_rep, l_leaf) = actor, learner
         a_held_sh, l_held_sh = [a_leaf[i] for i in split.actor_held], [l_leaf[i] for i in split.learner_held]
@@ -310,20 +312,25 @@ class ActorLearnerExecutor:
         self._to_totals = functools.partial(jax.device_put, device=l_rep)
         self._health = jax.device_put((np.int32(0), {n: np.int32(_NEVER) for n in self._flag_names}), l_rep)
         algorithm = self.algorithm
-        lowered_actor = jax.jit(actor_call, in_shardings=(a_rep, a_held_sh, lagged_a),
-                                out_shardings=(a_held_sh, flight_a), donate_argnums=(1,)).lower(
-            algorithm, [avals[i] for i in split.actor_held], lagged.shapes())
-        lowered_learner = jax.jit(learner_call, in_shardings=(l_rep, l_held_sh, flight_l, l_rep, l_rep),
-                                  out_shardings=(l_held_sh, lagged_l, l_rep, l_rep), donate_argnums=(1,)).lower(
-            algorithm, [avals[i] for i in split.learner_held], flight.shapes(), self._zeros, self._health)
-        lowered_actor_init = jax.jit(actor_init, in_shardings=(a_rep, a_rep), out_shardings=a_held_sh).lower(
-            algorithm, _KEY)
-        lowered_learner_init = jax.jit(learner_init, in_shardings=(l_rep, l_rep),
-                                       out_shardings=(l_held_sh, lagged_l)).lower(algorithm, _KEY)
-        # the four compiled at once, each beside the others
-        self._learner, self._actor, self._actor_init, self._learner_init = compile_together(
-            (lowered_learner, False), (lowered_actor, False), (lowered_actor_init, True), (lowered_learner_init, True))
+        # (program, its arguments' shapes, whether it runs once): the learner's, the actor's, then their inits
+        self._jitted = (
+            (jax.jit(learner_call, in_shardings=(l_rep, l_held_sh, flight_l, l_rep, l_rep),
+                     out_shardings=(l_held_sh, lagged_l, l_rep, l_rep), donate_argnums=(1,)),
+             (algorithm, [avals[i] for i in split.learner_held], flight.shapes(), self._zeros, self._health), False),
+            (jax.jit(actor_call, in_shardings=(a_rep, a_held_sh, lagged_a), out_shardings=(a_held_sh, flight_a),
+                     donate_argnums=(1,)), (algorithm, [avals[i] for i in split.actor_held], lagged.shapes()), False),
+            (jax.jit(actor_init, in_shardings=(a_rep, a_rep), out_shardings=a_held_sh), (algorithm, _KEY), True),
+            (jax.jit(learner_init, in_shardings=(l_rep, l_rep), out_shardings=(l_held_sh, lagged_l)),
+             (algorithm, _KEY), True))
+        self._learner = self._actor = self._actor_init = self._learner_init = None
         self._lagged_on_actor, self._flight_on_learner = lagged_a, flight_l
+
+    def compile(self) -> None:
+        """Lower and compile the four programs, each beside the others (``Executor.compile``)."""
+        if self._learner is not None:
+            return
+        self._learner, self._actor, self._actor_init, self._learner_init = compile_together(
+            *((program.lower(*args), run_once) for program, args, run_once in self._jitted))
 
     def _lay_out_state(self, flight: _Channel, lagged: _Channel, a_leaf: list[Sharding], l_leaf: list[Sharding]) -> None:
         """The pipeline state's shapes and shardings (each field on the group that owns it,
@@ -424,6 +431,11 @@ class ActorLearnerExecutor:
         return state.replace(state=move(on_actor, self.state_sharding.state))
 
     def explain(self, compile_seconds: dict[str, float]) -> Explanation:
+        """Compiles the programs (their own figures are per iteration) where not yet done."""
+        if self._learner is None:
+            t0 = time.perf_counter()
+            self.compile()
+            compile_seconds = {**compile_seconds, "actor and learner programs": time.perf_counter() - t0}
         traced = self.trace_step()
         programs = {"actor program": self._actor, "learner program": self._learner}
         cost: dict[str, float] = {"flops": float(costs.flops(traced))}

@@ -19,7 +19,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 def explain(args: argparse.Namespace) -> int:
     from jaxrl_frag.app.rundir import check_output, report_write_failure
     from jaxrl_frag.drawing import check_path
-    from jaxrl_frag.program import compile as compile_program
+    from jaxrl_frag.program import explain as explain_program
 
     if args.draw is not None:
         check_output("draw", check_path(args.draw))
@@ -27,11 +27,10 @@ def explain(args: argparse.Namespace) -> int:
     spec = run_spec(args)
     algo, _ = make_algorithm(spec, capped=False)
     policy = make_policy(spec)
-    program = compile_program(algo, policy, chunk_iterations=spec.chunk_iterations)
     agents = getattr(getattr(algo, "env", None), "num_agents", None)
     team = f", {agents} agents on the axis after the environment batch" if agents else ""
     print(f"{spec.recipe} on {spec.env}: {algo.steps_per_iteration} environment steps per iteration{team}")
-    explanation = program.explain()
+    explanation = explain_program(algo, policy)
     print(explanation)
     if args.draw is not None:
         try:
