@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import jax
@@ -104,6 +105,15 @@ def test_a_decorated_step_function_is_an_algorithm_that_compiles_runs_and_explai
     (edge,) = graph.edges_between("actor", "learner")
     assert edge.label == "actor.collect.batch -> learner.reinforce.batch"
     assert edge.nbytes == T * 8 * (4 * 4 + 4 + 4 + 1)
+
+
+def test_explain_alone_shows_the_compiled_programs_explanation_having_compiled_one_iteration(
+        cartpole_program: jf.Program) -> None:
+    alone = jf.explain(cartpole_program.algorithm, cartpole_program.policy)
+    compiled = cartpole_program.explain()
+    assert list(alone.compile_seconds) == ["single step"]  # not the training programs
+    assert list(compiled.compile_seconds) == ["program", "single step"]
+    assert str(dataclasses.replace(alone, compile_seconds={})) == str(dataclasses.replace(compiled, compile_seconds={}))
 
 
 def test_the_graph_draws_as_dot_source_picture_and_text(cartpole_program: jf.Program, tmp_path: Path) -> None:
