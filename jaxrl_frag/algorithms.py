@@ -50,7 +50,15 @@ class Algorithm:
         unset). By default ``step`` itself and ``finite_flags`` of its new state and
         metrics; a transform may also contain what went non-finite here."""
         state, metrics = self.step(state)
-        return state, metrics, finite_flags(state, metrics)
+        return state, metrics, finite_flags(state, metrics, self.finite_part)
+
+    def finite_part(self, field: str, value: PyTree) -> PyTree:
+        """What a run checks for non-finite values in state field ``field`` (``value``, as
+        an iteration left it): all of it by default. An algorithm whose field keeps what
+        earlier iterations checked already (a replay buffer's older rows) gives what one
+        iteration can have changed, so that the check costs that rather than the field."""
+        del field
+        return value
 
     def resumed(self, state: PyTree) -> PyTree:
         """The state a run restored from a checkpoint continues from: ``state`` itself,
@@ -147,6 +155,9 @@ class Wrapper(Algorithm):
     def failure(self) -> Exception | None:
         return self.inner.failure()
 
+    def finite_part(self, field: str, value: PyTree) -> PyTree:
+        return self.inner.finite_part(field, value)
+
     def counters(self) -> dict[str, float]:
         return self.inner.counters()
 
@@ -219,11 +230,15 @@ def algorithm(
     return wrap
 
 
-def finite_flags(state: PyTree, metrics: Metrics) -> Flags:
+def finite_flags(state: PyTree, metrics: Metrics, part: Callable[[str, PyTree], PyTree] | None = None) -> Flags:
     """For each state field (``"state.params"``, ...) and each metric (``"metrics.loss"``):
-    whether every floating-point value in it is finite."""
+    whether every floating-point value in it is finite; of a field, every value in
+    ``part(field, value)`` where ``part`` is given (``Algorithm.finite_part``)."""
+    fields, _ = jax.tree_util.tree_flatten_with_path(state, is_leaf=lambda node: node is not state)
+    checked = {field_name(path[0]): value if part is None else part(field_name(path[0]), value)
+               for path, value in fields}
     zeros: dict[str, jax.Array] = {}
-    for path, leaf in jax.tree_util.tree_leaves_with_path({"state": state, "metrics": metrics}):
+    for path, leaf in jax.tree_util.tree_leaves_with_path({"state": checked, "metrics": metrics}):
         if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
             name = ".".join(field_name(k) for k in path[:2])
             # x * 0 is 0 for every finite x and NaN for NaN and infinities: a plain sum finds them

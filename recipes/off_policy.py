@@ -199,6 +199,12 @@ class OffPolicyRecipe(Recipe):
         steps, _, env_state, obs, episodes = collect(self.env, act, env_state, obs, key, self.num_steps)
         return steps, env_state, obs, episodes
 
+    def finite_part(self, field: str, value: PyTree) -> PyTree:
+        """Of the replay buffer, what this iteration changed (``replay.latest``): its older
+        rows were checked when they were written, and scanning them all would cost each
+        iteration a pass over the whole buffer."""
+        return replay.latest(value, self.num_steps) if field == "buffer" else value
+
     @fragment("buffer", batched={"buffer": 1, "steps": 1}, outputs=("buffer",))
     def store(self, buffer: replay.Replay, steps: Steps) -> replay.Replay:
         """The steps written to the replay buffer."""

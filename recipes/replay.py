@@ -149,6 +149,15 @@ def add(buffer: Replay, batch: PyTree) -> Replay:
     return buffer.replace(items=items, added=added, tree=_levels(leaves))
 
 
+def latest(buffer: Replay, steps: int) -> PyTree:
+    """What adding the last ``steps`` rows changed: those rows' items, and for a
+    prioritized buffer the sum tree's per-environment totals (every priority adds into
+    them) and the largest priority. A check of these each time rows are added checks
+    every value the buffer holds."""
+    rows = (buffer.added - steps + jnp.arange(steps)) % buffer.rows
+    return jax.tree.map(lambda store: store[rows], buffer.items), buffer.tree[-1:], buffer.max_priority
+
+
 def sample(buffer: Replay, key: jax.Array, count: int, beta: jax.Array | float = 0.0) -> Sample:
     """``count`` windows drawn with replacement: uniformly, or, from a prioritized
     buffer, in proportion to priority with importance weights of exponent ``beta``.

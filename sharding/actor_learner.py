@@ -211,6 +211,8 @@ class ActorLearnerExecutor:
         self._shape = jax.eval_shape(tracing.under(rule, tracing.init), algorithm, _KEY)
         with_paths, self._treedef = jax.tree_util.tree_flatten_with_path(self._shape)
         self._fields = [field_name(path[0]) for path, _ in with_paths]
+        children, _ = jax.tree_util.tree_flatten_with_path(self._shape, is_leaf=lambda node: node is not self._shape)
+        self._field_trees = {field_name(path[0]): jax.tree.structure(value) for path, value in children}
         self._avals = [leaf for _, leaf in with_paths]
         axes = self._split_step(check_finite)
         a_rep, a_tree = policy.actor.shardings(self._shape, lambda: axes, algorithm.named_axes)
@@ -250,8 +252,17 @@ class ActorLearnerExecutor:
         split = self._split
         held, crossing, metrics = split.actor(jax.tree.leaves(alg), held, lagged)
         metrics = dict(zip(split.actor_metrics, metrics, strict=True))
-        flags = finite_flags(_by_field(self._fields, split.actor_held, held), metrics) if self._check_finite else {}
+        flags = (finite_flags(self._by_field(split.actor_held, held), metrics, alg.finite_part)
+                 if self._check_finite else {})
         return held, crossing, metrics, flags
+
+    def _by_field(self, indices: Sequence[int], values: Sequence[Any]) -> dict[str, Any]:
+        """The state fields whose leaves ``values`` (at ``indices``) are, each rebuilt, for
+        ``finite_flags`` (a field's leaves are held together: its fragments read it whole)."""
+        leaves: dict[str, list[Any]] = {}
+        for i, value in zip(indices, values, strict=True):
+            leaves.setdefault(self._fields[i], []).append(value)
+        return {name: self._field_trees[name].unflatten(found) for name, found in leaves.items()}
 
     def _channels(self) -> tuple[_Channel, _Channel]:
         """What crosses from the actor to the learner each iteration (the trajectory, the
@@ -288,8 +299,8 @@ class ActorLearnerExecutor:
             metrics = {**dict(zip(actor_metrics, values[count: count + metric_count], strict=True)),
                        **dict(zip(split.learner_metrics, metrics, strict=True))}
             actor_ok = dict(zip(actor_flags, values[count + metric_count:], strict=True))
-            flags = (finite_flags(_by_field(self._fields, split.learner_held, held), metrics) if self._check_finite
-                     else {})
+            flags = (finite_flags(self._by_field(split.learner_held, held), metrics, alg.finite_part)
+                     if self._check_finite else {})
             iteration, first_bad = health
             first_bad = {n: jnp.where(actor_ok.get(n, True) & flags.get(n, True), first_bad[n],
                                       jnp.minimum(first_bad[n], iteration)) for n in first_bad}
@@ -489,14 +500,6 @@ class _Channel:
         """The buffers on ``group``: the batched one split along its first axis."""
         split = NamedSharding(group.mesh, PartitionSpec("data", None))
         return ((split,) if self.layout.batched else ()) + ((replicated,) if self.layout.replicated else ())
-
-
-def _by_field(fields: Sequence[str], indices: Sequence[int], values: Sequence[Any]) -> dict[str, list[Any]]:
-    """Leaves grouped by their state field, for ``finite_flags``."""
-    out: dict[str, list[Any]] = {}
-    for i, value in zip(indices, values, strict=True):
-        out.setdefault(fields[i], []).append(value)
-    return out
 
 
 def _narrowable(crossing: partition.Crossing) -> bool:

@@ -174,6 +174,16 @@ def test_nan_from_the_environment_names_the_iteration_and_the_actor(tmp_path: Pa
     assert all(np.isfinite(v).all() for v in jax.tree.leaves(program.restore(tmp_path).state))
 
 
+def test_nan_written_to_the_replay_buffer_stops_the_run_at_its_iteration() -> None:
+    # DQN learning from iteration 8 on: until then the NaN rewards of steps 80.. live in the buffer alone (and in
+    # episode returns once an episode ends), which its finiteness check reads in the rows each iteration adds
+    dqn = jf.recipes.DQN.create("PoisonedCartPole-v1", **SMALL, learning_starts=8 * 16 * 8, buffer_size=8 * 64)
+    with pytest.raises(NonFiniteError) as error:
+        jf.compile(dqn, chunk_iterations=2).run(jax.random.PRNGKey(0))
+    assert error.value.iteration == 6 and error.value.fragment == "actor.rollout"
+    assert "state.buffer" in error.value.outputs and "state.policy" not in error.value.outputs
+
+
 def test_diverging_learning_rate_names_the_learner() -> None:
     program = jf.compile(jf.recipes.PPO.create("CartPole-v1", lr=1e30, **SMALL), chunk_iterations=4)
     with pytest.raises(NonFiniteError, match="non-finite values at iteration") as error:

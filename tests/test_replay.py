@@ -55,6 +55,17 @@ def test_writes_wrap_around_overwriting_the_oldest() -> None:
         replay.add(buffer, {"tag": jnp.zeros((6, ENVS), jnp.int32)})
 
 
+def test_the_latest_rows_are_those_the_last_add_wrote_wrapped_around() -> None:
+    buffer = replay.add(filled(3, 5), {"tag": jnp.arange(3 * ENVS, 7 * ENVS).reshape(4, ENVS)})  # rows 3, 4, 0, 1
+    items, totals, largest = replay.latest(buffer, 4)
+    np.testing.assert_array_equal(items["tag"], jnp.arange(3 * ENVS, 7 * ENVS).reshape(4, ENVS))
+    assert totals == () and largest is None  # uniform: no priorities
+    prioritized = filled(6, 8, prioritized=True)
+    _, totals, largest = replay.latest(prioritized, 2)
+    np.testing.assert_array_equal(totals[0], prioritized.tree[-1])
+    assert float(largest) == float(prioritized.max_priority) == 1.0
+
+
 def test_uniform_sampling_is_uniform_over_the_written_windows() -> None:
     # 9 steps in 6 rows: steps 3..8 held; windows of 2 start at steps 3..7
     buffer = filled(9, 6, window=2)

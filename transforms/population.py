@@ -111,7 +111,7 @@ class Population(Wrapper):
         ``failed_count`` counts the iteration. The other members' values pass through
         unchanged. The flags (``finite_flags``'s) stay set while any member steps finitely."""
         new, metrics = self.step(state)
-        flags = self._vmap(finite_flags)(new, metrics)
+        flags = self._vmap(lambda member, s, m: finite_flags(s, m, member.finite_part))(self.members, new, metrics)
         ok = functools.reduce(jnp.logical_and, flags.values(), jnp.ones(self.size, bool))
 
         def where_ok(value: jax.Array, otherwise: jax.Array | float) -> jax.Array:
