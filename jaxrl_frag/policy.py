@@ -37,7 +37,7 @@ BatchAxes = Mapping[str, int]  # state field -> axis that carries the environmen
 NamedAxes = Mapping[str, Mapping[str, int]]  # axis name -> {state field: axis} (Algorithm.named_axes)
 
 
-_KEY = jax.ShapeDtypeStruct((2,), jnp.uint32)  # a raw key, as programs take it
+KEY_DATA = jax.ShapeDtypeStruct((2,), jnp.uint32)  # the raw key that the programs' initialisation takes
 _COUNT = jax.ShapeDtypeStruct((), jnp.int32)  # an iteration count
 
 # XLA's options for a program that runs once per run (``init``): its backend's optimisations off, which about
@@ -194,7 +194,7 @@ class SpmdExecutor:
         self._run_iterations = functools.partial(run_iterations, max_rows=max_rows, check_finite=check_finite)
         self._step_fn = tracing.under(rule, tracing.step)
         # every trace under the rule: the fragments' traces under it are made once and reused
-        self.state_shape = jax.eval_shape(tracing.under(rule, tracing.init), algorithm, _KEY)
+        self.state_shape = jax.eval_shape(tracing.under(rule, tracing.init), algorithm, KEY_DATA)
         self._replicated, self.state_sharding = policy.shardings(
             self.state_shape, lambda: tracing.batch_axes(self.trace_step()), algorithm.named_axes)
         self.metric_shapes = jax.eval_shape(tracing.under(rule, tracing.checked_step), algorithm, self.state_shape)[1]
@@ -211,7 +211,7 @@ class SpmdExecutor:
             return
         rule, rep, state, count = self._rule, self._replicated, self.state_sharding, _COUNT
         start = jax.jit(tracing.under(rule, tracing.init), in_shardings=(rep, rep), out_shardings=state).lower(
-            self.algorithm, _KEY)
+            self.algorithm, KEY_DATA)
         iterations = jax.jit(tracing.under(rule, self._run_iterations), in_shardings=(rep, state, rep, rep, rep, rep),
                              out_shardings=(state, rep, rep, rep, rep, rep), donate_argnums=(1,)).lower(
             self.algorithm, self.state_shape, Chunk.empty(self.metric_shapes), count, count, count)

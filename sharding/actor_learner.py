@@ -36,7 +36,7 @@ from jaxrl_frag.errors import check
 from jaxrl_frag.explanation import Explanation, Transfer
 from jaxrl_frag.graph import FragmentGraph, describe_aval
 from jaxrl_frag.metrics import Metrics
-from jaxrl_frag.policy import BatchAxes, NamedAxes, Policy, compile_together
+from jaxrl_frag.policy import KEY_DATA, BatchAxes, NamedAxes, Policy, compile_together
 from jaxrl_frag.sharding import partition
 from jaxrl_frag.sharding.data_parallel import SHUFFLE_HELP, DataParallel
 from jaxrl_frag.sharding.mesh import check_runs, device_groups, make_mesh, move
@@ -48,7 +48,6 @@ PyTree = Any
 Buffers = tuple[jax.Array, ...]  # a channel's packed bytes: (batched, replicated), either one only if empty
 Flags = dict[str, jax.Array]
 _NEVER = np.iinfo(np.int32).max  # "no iteration went non-finite"
-_KEY = jax.ShapeDtypeStruct((2,), jnp.uint32)  # the key data that the programs' initialisation takes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,7 +207,7 @@ class ActorLearnerExecutor:
         self._in_turn = jax.process_count() > 1 and policy.actor.mesh.devices.flat[0].platform == "cpu"
         rule = policy.lowering()
         self._step_fn = tracing.under(rule, tracing.step)
-        self._shape = jax.eval_shape(tracing.under(rule, tracing.init), algorithm, _KEY)
+        self._shape = jax.eval_shape(tracing.under(rule, tracing.init), algorithm, KEY_DATA)
         with_paths, self._treedef = jax.tree_util.tree_flatten_with_path(self._shape)
         self._fields = [field_name(path[0]) for path, _ in with_paths]
         children, _ = jax.tree_util.tree_flatten_with_path(self._shape, is_leaf=lambda node: node is not self._shape)
@@ -330,9 +329,9 @@ class ActorLearnerExecutor:
              (algorithm, [avals[i] for i in split.learner_held], flight.shapes(), self._zeros, self._health), False),
             (jax.jit(actor_call, in_shardings=(a_rep, a_held_sh, lagged_a), out_shardings=(a_held_sh, flight_a),
                      donate_argnums=(1,)), (algorithm, [avals[i] for i in split.actor_held], lagged.shapes()), False),
-            (jax.jit(actor_init, in_shardings=(a_rep, a_rep), out_shardings=a_held_sh), (algorithm, _KEY), True),
+            (jax.jit(actor_init, in_shardings=(a_rep, a_rep), out_shardings=a_held_sh), (algorithm, KEY_DATA), True),
             (jax.jit(learner_init, in_shardings=(l_rep, l_rep), out_shardings=(l_held_sh, lagged_l)),
-             (algorithm, _KEY), True))
+             (algorithm, KEY_DATA), True))
         self._learner = self._actor = self._actor_init = self._learner_init = None
         self._lagged_on_actor, self._flight_on_learner = lagged_a, flight_l
 
