@@ -19,12 +19,13 @@ from jaxrl_frag.recipes.impala import IMPALA
 from jaxrl_frag.recipes.multi_agent import IPPO, MAPPO, PQNVDN
 from jaxrl_frag.recipes.ppo import PPO
 from jaxrl_frag.recipes.pqn import PQN
+from jaxrl_frag.recipes.qmix import QMIX
 from jaxrl_frag.recipes.qrdqn import QRDQN
 from jaxrl_frag.recipes.sac import SAC
 from jaxrl_frag.recipes.td3 import TD3
 
 RECIPES = {"ppo": PPO, "a2c": A2C, "impala": IMPALA, "dqn": DQN, "qrdqn": QRDQN, "pqn": PQN, "sac": SAC, "td3": TD3,
-           "ippo": IPPO, "mappo": MAPPO, "pqn-vdn": PQNVDN}
+           "ippo": IPPO, "mappo": MAPPO, "pqn-vdn": PQNVDN, "qmix": QMIX}
 PLUGIN_GROUP = "jaxrl_frag.recipes"
 
 
@@ -54,5 +55,5 @@ def get(name: str) -> type:
                  "an algorithm dataclass with create(env_id, **settings)")
 
 
-__all__ = ["A2C", "DQN", "IMPALA", "IPPO", "MAPPO", "PPO", "PQN", "PQNVDN", "QRDQN", "RECIPES", "SAC", "TD3", "get", "names",
-           "plugins"]
+__all__ = ["A2C", "DQN", "IMPALA", "IPPO", "MAPPO", "PPO", "PQN", "PQNVDN", "QMIX", "QRDQN", "RECIPES", "SAC", "TD3", "get",
+           "names", "plugins"]

@@ -101,6 +101,12 @@ class DQN(OffPolicyRecipe):
         td = chosen - target
         return TD_LOSSES[self.td_loss](td), jnp.abs(td)
 
+    def of_actions(self, params: PyTree, values: jax.Array, action: jax.Array, obs: PyTree) -> jax.Array:
+        """The outputs ``[B, ...]`` of the actions ``action`` ``[B]`` among ``values`` ``[B,
+        actions, ...]`` (here ``taken``); a team's recipe mixes its agents' outputs here, with
+        the network ``params`` and the observations ``obs`` (without masks) they were read at."""
+        return taken(values, action)
+
     def allowed_q(self, params: PyTree, obs: jax.Array | envs.MaskedObs, key: jax.Array | None = None) -> jax.Array:
         """The Q-values ``[B, actions]`` of ``values`` on observations ``obs``, those of the
         actions outside a ``MaskedObs``'s mask at ``-inf`` (``networks.allowed_values``)."""
@@ -116,7 +122,7 @@ class DQN(OffPolicyRecipe):
         k_explore, k_random = jax.random.split(key)
         q = self.allowed_q(policy, obs, jax.random.fold_in(key, 1))
         greedy = q.argmax(-1)
-        if unmasked(obs)[1] is None:
+        if isinstance(obs, jax.Array):  # no action masks (a MaskedObs, a team's AgentObs, carry them)
             random = jax.random.randint(k_random, greedy.shape, 0, self.env.action_space.n)
         else:
             random = uniform_allowed(k_random, q)
@@ -131,13 +137,14 @@ class DQN(OffPolicyRecipe):
         bootstrap, mask = unmasked(bootstrap_obs)
         next_target = self.values(learner.target, bootstrap, k_target)
         chooser = self.values(policy, bootstrap, k_next) if self.double else next_target
-        next_value = taken(next_target, allowed_values(self.q_values(chooser), mask).argmax(-1))
+        next_value = self.of_actions(learner.target, next_target, allowed_values(self.q_values(chooser), mask).argmax(-1),
+                                     bootstrap)
         at = (-1, *[1] * (next_value.ndim - 1))
         target = jax.lax.stop_gradient(returns.reshape(at) + discount.reshape(at) * next_value)
 
         def loss(params: PyTree) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
             obs, _ = unmasked(jax.tree.map(lambda x: x[:, 0], steps.obs))
-            chosen = taken(self.values(params, obs, k_online), steps.action[:, 0])
+            chosen = self.of_actions(params, self.values(params, obs, k_online), steps.action[:, 0], obs)
             per_sample, priority = self.sample_loss(chosen, target)
             return (drawn.weight * per_sample).mean(), (priority, chosen)
 

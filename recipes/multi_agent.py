@@ -157,4 +157,12 @@ class PQNVDN(PQN):
 
     def learning_signal(self, traj: QTransition) -> tuple[jax.Array, jax.Array, jax.Array]:
         """The team's reward (the agents' mean), its termination (every agent's) and truncation."""
-        return (traj.reward.mean(-1) * self.reward_scale, jnp.all(traj.terminated, -1), jnp.any(traj.truncated, -1))
+        reward, terminated, truncated = team_signal(traj.reward, traj.terminated, traj.truncated)
+        return reward * self.reward_scale, terminated, truncated
+
+
+def team_signal(reward: jax.Array, terminated: jax.Array,
+                truncated: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """A team's reward (its agents' mean), termination (every agent's) and truncation (any
+    agent's), from its agents' ``[..., agents]``."""
+    return reward.mean(-1), jnp.all(terminated, -1), jnp.any(truncated, -1)

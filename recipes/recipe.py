@@ -108,7 +108,7 @@ class Recipe(Algorithm):
         agents = env.num_agents
         if (agents is not None) != cls.multi_agent:
             why = (f"is a multi-agent environment ({agents} agents); {cls.__name__} acts for one agent: choose a "
-                   "multi-agent recipe (ippo, mappo, pqn-vdn)" if agents is not None else
+                   "multi-agent recipe (ippo, mappo, pqn-vdn, qmix)" if agents is not None else
                    f"has one agent; {cls.__name__} is a multi-agent recipe: choose a jaxmarl: environment, or a "
                    "single-agent recipe (ppo)")
             raise ConfigError("env", env.name, why)

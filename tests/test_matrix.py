@@ -40,6 +40,8 @@ SMALL = {
     "mappo": (MULTI_AGENT, ON_POLICY),
     "pqn": ("CartPole-v1", ON_POLICY),
     "pqn-vdn": (MULTI_AGENT, ON_POLICY),
+    # a team's replay buffer (rewards and terminations per agent) and its values mixed at the global state
+    "qmix": (MULTI_AGENT, {**OFF_POLICY, "n_step": 3, "hidden": (32, 32)}),
     # a recurrent policy: its memory is split with the environments, its minibatches are whole environments
     "ppo-gru": ("CartPole-v1@obs=0,2", RECURRENT),
     # a memory per agent, one recurrent torso per agent (stacked parameters) and a centralised critic

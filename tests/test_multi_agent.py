@@ -295,6 +295,31 @@ def test_pqn_vdn_learns_simple_spread() -> None:
     assert np.mean(returns[np.isfinite(returns)][-5:]) >= -22.5, returns
 
 
+def test_qmix_mixes_monotonically_and_explores_within_each_agents_mask() -> None:
+    """The team's value rises with every agent's value (the mixer's weights from the state
+    are non-negative), and exploring agents act among the actions each may take (the
+    speaker of speaker_listener takes 3 of 5)."""
+    algo = jf.recipes.QMIX.create("jaxmarl:MPE_simple_speaker_listener_v4", num_envs=64, num_steps=4,
+                                  total_steps=64 * 4 * 2, learning_starts=0, buffer_size=64 * 8)
+    state = algo.init(jax.random.PRNGKey(0))
+    q = jax.random.normal(jax.random.PRNGKey(1), (64, 2)) * 10
+    slope = jax.grad(lambda q: algo.network.apply(state.policy, q, state.obs.state, method="mix").sum())(q)
+    assert (slope >= 0).all() and (slope > 0).any()
+    action, _ = algo.act(state.policy, state.obs, jax.random.PRNGKey(2), jnp.int32(0))  # epsilon 1: every action random
+    assert action.shape == (64, 2)
+    assert np.take_along_axis(np.asarray(state.obs.action_mask), np.asarray(action)[..., None], -1).all()
+
+
+@pytest.mark.learning
+def test_qmix_learns_simple_spread() -> None:
+    """QMIX at its MPE defaults (2e5 steps): -21.5, -20.5 and -22.9 over the last 5 rows
+    (seeds 0-2), against -27.8 for uniformly random actions and -41.4 for the same run
+    with a learning rate of 1e-12."""
+    history = jf.compile(jf.recipes.QMIX.create(MPE)).run(jax.random.PRNGKey(0))
+    returns = history["episode_return"]
+    assert np.mean(returns[np.isfinite(returns)][-5:]) >= -24.0, returns
+
+
 def test_a_named_axis_on_the_environment_batch_axis_is_refused() -> None:
     from jaxrl_frag.sharding.mesh import make_mesh, split_state
 
