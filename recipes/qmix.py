@@ -20,6 +20,7 @@ DQN's. Like every recipe, no distribution code.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar
 
 import flax.linen as nn
@@ -41,21 +42,25 @@ class MonotonicMixer(nn.Module):
     and the global state ``[B, S]``: ``elu(q W_1 + b_1) w_2 + b_2``, with ``W_1`` ``[agents,
     embed]`` and ``w_2`` ``[embed]`` the absolute values of hypernetworks of the state (a
     hidden layer of ``hypernet_hidden`` ReLU units each), ``b_1`` a linear function of it
-    and ``b_2`` a hypernetwork of ``embed`` hidden units."""
+    and ``b_2`` a hypernetwork of ``embed`` hidden units; every layer's weights orthogonal
+    at ``init_scale``, so that the first mixes are near zero (with flax's default
+    initialisation the team's value diverged on SMAX)."""
 
     embed: int
     hypernet_hidden: int
+    init_scale: float
 
     @nn.compact
     def __call__(self, q: jax.Array, state: jax.Array) -> jax.Array:
         agents = q.shape[-1]
+        dense = functools.partial(nn.Dense, kernel_init=nn.initializers.orthogonal(self.init_scale))
 
         def hyper(hidden: int, out: int) -> jax.Array:
-            return nn.Dense(out)(nn.relu(nn.Dense(hidden)(state)))
+            return dense(out)(nn.relu(dense(hidden)(state)))
 
         w_1 = jnp.abs(hyper(self.hypernet_hidden, agents * self.embed)).reshape(-1, agents, self.embed)
         w_2 = jnp.abs(hyper(self.hypernet_hidden, self.embed))
-        hidden = nn.elu(jnp.einsum("ba,bae->be", q, w_1) + nn.Dense(self.embed)(state))
+        hidden = nn.elu(jnp.einsum("ba,bae->be", q, w_1) + dense(self.embed)(state))
         return jnp.einsum("be,be->b", hidden, w_2) + hyper(self.embed, 1)[:, 0]
 
 
@@ -68,10 +73,11 @@ class QMixNetwork(nn.Module):
     hidden: tuple[int, ...]
     embed: int
     hypernet_hidden: int
+    init_scale: float
 
     def setup(self) -> None:
         self.agents = AgentsQ(self.action_dim, self.hidden)
-        self.mixer = MonotonicMixer(self.embed, self.hypernet_hidden)
+        self.mixer = MonotonicMixer(self.embed, self.hypernet_hidden, self.init_scale)
 
     def __call__(self, obs: AgentObs) -> jax.Array:
         return self.mix(self.agent_values(obs).max(-1), obs.state)
@@ -93,19 +99,20 @@ class QMIX(DQN):
                                                           "LayerNorm, ReLU)")
     mixer_embed: int = static_field(32, help="units of the mixing network's hidden layer")
     hypernet_hidden: int = static_field(64, help="hidden units of the hypernetworks that give the mixer its weights")
+    mixer_init_scale: float = static_field(1e-3, help="scale of the mixing network's orthogonal initial weights")
     reward_scale: float = hyperparameter(1.0, help="factor on the team's reward the learner sees (not the episode "
                                                    "returns)")
 
     multi_agent: ClassVar[bool] = True
     counts: ClassVar[tuple[str, ...]] = (*DQN.counts, "mixer_embed", "hypernet_hidden")
-    reals: ClassVar[tuple[str, ...]] = (*DQN.reals, "reward_scale")
-    positive: ClassVar[tuple[str, ...]] = (*DQN.positive, "reward_scale")
+    reals: ClassVar[tuple[str, ...]] = (*DQN.reals, "reward_scale", "mixer_init_scale")
+    positive: ClassVar[tuple[str, ...]] = (*DQN.positive, "reward_scale", "mixer_init_scale")
 
     @classmethod
     def defaults(cls, env_id: str) -> dict[str, Any]:
         if env_id.startswith("jaxmarl:MPE_"):
-            # JaxMARL's config/alg/qmix_mpe.yaml's discount, target period and mixer; 3-step returns, and a tenth of
-            # the run to explore (on simple_spread at 1e5 steps, one step: -25.6; at 2e5, one step -23.9, three -21.5)
+            # JaxMARL's config/alg/qmix_mpe.yaml's discount and target period; 3-step returns, and a tenth of the run
+            # to explore (simple_spread at 2e5 steps, seeds 0-2: -17.4, -17.2, -17.4; benchmarks/HISTORY.md)
             return dict(gamma=0.9, num_envs=16, num_steps=8, n_step=3, learning_starts=5_000, target_every=200,
                         exploration_fraction=0.1, total_steps=200_000)
         if env_id.startswith("jaxmarl:SMAX_"):
@@ -121,7 +128,8 @@ class QMIX(DQN):
 
     @property
     def network(self) -> QMixNetwork:
-        return QMixNetwork(self.env.action_space.n, self.hidden, self.mixer_embed, self.hypernet_hidden)
+        return QMixNetwork(self.env.action_space.n, self.hidden, self.mixer_embed, self.hypernet_hidden,
+                           self.mixer_init_scale)
 
     def values(self, params: PyTree, obs: AgentObs, key: jax.Array | None = None) -> jax.Array:
         """Every agent's Q-values ``[B, agents, actions]``, those of the actions it may not

@@ -312,12 +312,12 @@ def test_qmix_mixes_monotonically_and_explores_within_each_agents_mask() -> None
 
 @pytest.mark.learning
 def test_qmix_learns_simple_spread() -> None:
-    """QMIX at its MPE defaults (2e5 steps): -21.5, -20.5 and -22.9 over the last 5 rows
+    """QMIX at its MPE defaults (2e5 steps): -17.4, -17.2 and -17.4 over the last 5 rows
     (seeds 0-2), against -27.8 for uniformly random actions and -41.4 for the same run
     with a learning rate of 1e-12."""
     history = jf.compile(jf.recipes.QMIX.create(MPE)).run(jax.random.PRNGKey(0))
     returns = history["episode_return"]
-    assert np.mean(returns[np.isfinite(returns)][-5:]) >= -24.0, returns
+    assert np.mean(returns[np.isfinite(returns)][-5:]) >= -20.0, returns
 
 
 def test_a_named_axis_on_the_environment_batch_axis_is_refused() -> None:
