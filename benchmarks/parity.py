@@ -154,7 +154,7 @@ ROWS = (
            "win rate 0.99 at 1e6 (JaxMARL's recurrent mappo_rnn_smax.py, seed 0, run here: jaxmarl_smax.py)"),
           ("PQNVDN", "smax-3m", "jaxmarl:SMAX_3m", "episode_won", "JaxMARL's paper: a curve only"),
           ("QMIX", "smax-3m", "jaxmarl:SMAX_3m", "episode_won",
-           "JaxMARL's recurrent qmix_rnn.py at 1e6, run here: jaxmarl_smax.py (HISTORY.md)"))),
+           "JaxMARL's recurrent qmix_rnn.py at 1e6: not yet run to its end here (jaxmarl_smax.py --recipe qmix)"))),
     Row("ppo-atari-breakout", "PPO", "ale:Breakout",
         dict(num_envs=8, num_steps=128, num_minibatches=4, num_epochs=4, lr=2.5e-4, clip_eps=0.1,
              total_steps=10_000_000), "414.7 +- 28.1 (3 seeds, 1e7 steps = 4e7 frames)",

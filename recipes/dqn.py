@@ -122,7 +122,7 @@ class DQN(OffPolicyRecipe):
         k_explore, k_random = jax.random.split(key)
         q = self.allowed_q(policy, obs, jax.random.fold_in(key, 1))
         greedy = q.argmax(-1)
-        if isinstance(obs, jax.Array):  # no action masks (a MaskedObs, a team's AgentObs, carry them)
+        if not isinstance(obs, (envs.MaskedObs, envs.AgentObs)):  # no action masks to draw within
             random = jax.random.randint(k_random, greedy.shape, 0, self.env.action_space.n)
         else:
             random = uniform_allowed(k_random, q)

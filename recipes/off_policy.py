@@ -174,9 +174,10 @@ class OffPolicyRecipe(Recipe):
         features, _ = unmasked(obs)
         policy = self.init_policy(k_policy, features)
         learner = self.init_learner(k_learner, features, policy)
-        action, env_action = jax.eval_shape(self.act, policy, obs, k_policy, jnp.int32(0))
+        action = jax.eval_shape(self.act, policy, obs, k_policy, jnp.int32(0))[0]
         # a step's reward, termination and truncation: [N], or [N, agents] for a team
-        signal = jax.eval_shape(self.env.step, k_env, env_state, env_action)[1].terminated.shape
+        agents = self.env.num_agents
+        signal = (*jax.tree.leaves(obs)[0].shape[:1], *(() if agents is None else (agents,)))
         example = Steps(obs, jnp.zeros(action.shape, action.dtype),
                         *(jnp.zeros(signal, dtype) for dtype in (jnp.float32, bool, bool)), obs)
         buffer = replay.create(example, self.buffer_size // self.num_envs, self.window_steps, self.prioritized)
