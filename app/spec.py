@@ -36,7 +36,7 @@ PER_PROCESS = "devices"  # the policy setting whose count is per process
 # env_workers, env_backend and the backends' options change where the host environments step, not what they compute
 RESUMABLE_CHANGES = ("total_steps", "checkpoint_every", "keep_checkpoints", "chunk_iterations", "devices", "env_workers",
                      "env_backend", "env_timeout", "env_address", "env_worker_cpus", "env_worker_resource",
-                     "env_lost_workers")
+                     "env_lost_workers", "env_keep_alive")
 # what the command line adds to a shared policy flag's help
 _NOTES = {PER_PROCESS: "devices per process (on CPU, forces that many host devices)"}
 

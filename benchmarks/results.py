@@ -327,7 +327,12 @@ def boosting() -> str:
              "episode return over its last 10% of the steps. Device-seconds: rounds x the calibrated seconds of a "
              "round at its rung (actor + learner + probe), on the machine named. The fraction is of fixed-large's "
              "steps (Nitro's claim: at most 0.6). Runs made before stop 39 split every rung's batch into a fixed "
-             "minibatch count (`--minibatches count`, the default then); the current default is `batch`.")
+             "minibatch count (`--minibatches count`, the default then); the current default is `batch`.\n\n"
+             "Host environments boosted on an elastic Ray fleet against a fixed fleet (PPO, gymnasium:CartPole-v1, "
+             "ladder 4-16 over 16 actors, 1e5 steps, one seed, 2026-12-07): the cost model prices the elastic fleet "
+             "at 0.67x the fixed one, but the worker-seconds it held were 1.16x (released at once: 208 actors started "
+             "again, the run 1.46x longer) or 1.14x (kept alive 10 s: it never shrank); HISTORY.md § \"Boosting host "
+             "environments: an elastic Ray fleet (issue 44, logged 2026-12-07)\" has the runs and their commands.")
     command = ("`cd benchmarks && ../.venv/bin/python boost.py --env ENV --seeds N --budget B --out boost/FOLDER` "
                "(each run's own command below); its JSON is read as it is")
     return section("Adaptive actor boosting", intro, "\n\n".join(parts), records, command)

@@ -134,13 +134,17 @@ class Capabilities:
     starts them afresh. ``renders``: ``Env.render`` draws its states, so ``evaluate
     --video`` can draw an episode of it. ``masks_actions``: its observations are
     ``MaskedObs``, the actions allowed now beside what it observes; a recipe acts on it
-    only where it takes action masks (``Recipe.takes_action_masks``).
+    only where it takes action masks (``Recipe.takes_action_masks``). ``elastic``: a prefix
+    of its batch steps alone (``Env.prefix``), the other environments waiting as they are,
+    so that a transform may step fewer of them where it cannot slice their state
+    (boosting, on environments stepped outside the program).
     """
 
     traceable: bool = True
     restorable: bool = True
     renders: bool = False
     masks_actions: bool = False
+    elastic: bool = False
 
 
 # act(obs, key) -> (action to record, action to send to the environment, anything else to keep per step)
@@ -201,6 +205,17 @@ class Env:
         """Counts kept outside the compiled program, by name, for a run's rows (workers
         that a host environment's pool restarted, say). None for a pure environment."""
         return {}
+
+    @property
+    def host_workers(self) -> int:
+        """The processes or actors outside the program that step this batch (a cost model
+        prices them); 0 for environments stepped in the program."""
+        return 0
+
+    def prefix(self, count: int) -> Env:
+        """The batch's first ``count`` environments as a batch of their own, stepping the
+        same environments (the others wait as they are): for an ``elastic`` environment."""
+        raise NotImplementedError(f"{self.name} is not elastic: its batch steps whole")
 
     @property
     def observation_space(self) -> Box:
@@ -300,6 +315,14 @@ class Wrapper(Env):
     def counters(self) -> dict[str, float]:
         """The inner environment's."""
         return self.inner.counters()
+
+    @property
+    def host_workers(self) -> int:
+        return self.inner.host_workers
+
+    def prefix(self, count: int) -> Env:
+        """This wrapper around the inner environment's prefix."""
+        return dataclasses.replace(self, inner=self.inner.prefix(count))
 
     @property
     def observation_space(self) -> Box:

@@ -37,7 +37,7 @@ import numpy as np
 from jaxrl_frag import distributed, primitives
 from jaxrl_frag.bounds import divisors
 from jaxrl_frag.envs.core import Act, Box, Capabilities, Discrete, Ended, Env, PyTree, Space, Steps, TimeStep
-from jaxrl_frag.envs.host_pool import BACKENDS, FAMILIES, OPTIONS, EnvPool, EnvWorkerError, HostStep, environments
+from jaxrl_frag.envs.host_pool import BACKENDS, FAMILIES, OPTIONS, EnvPool, EnvWorkerError, HostStep, environments, prefix_workers
 from jaxrl_frag.errors import ENV_WORKER_FAILED, ConfigError, check
 
 PREFIXES = tuple(f"{family}:" for family in FAMILIES)
@@ -146,7 +146,7 @@ class HostEnv(Env):
         ``num_envs``); ``backend="auto"`` steps Atari games in this process and
         other environments in worker processes. The keywords named in
         ``host_pool.OPTIONS`` (``timeout``, ``address``, ``worker_cpus``,
-        ``worker_resource``, ``lost_workers``) are the backend's, each refused by a
+        ``worker_resource``, ``lost_workers``, ``keep_alive``) are the backend's, each refused by a
         backend that does not take it; the rest go to the environments."""
         choices = (AUTO, *BACKENDS)
         check(backend in choices, "env_backend", backend, f"choose one of {', '.join(choices)}")
@@ -192,8 +192,31 @@ class HostEnv(Env):
 
     @property
     def capabilities(self) -> Capabilities:
-        """Stepped by worker processes: not traceable, and no state in a checkpoint."""
-        return Capabilities(traceable=False, restorable=False)
+        """Stepped by worker processes: not traceable, and no state in a checkpoint; elastic
+        where its pool's groups are whole workers (worker processes, Ray actors)."""
+        return Capabilities(traceable=False, restorable=False, elastic=self.backend != "in-process")
+
+    @property
+    def host_workers(self) -> int:
+        return self.workers
+
+    def prefix(self, count: int) -> HostEnv:
+        """The first ``count`` environments, stepped by this batch's pool: each group's first
+        workers (``WorkerPool``), the others waiting, or on Ray released until a batch that
+        needs them steps (``host_ray``). ``ConfigError`` unless they are whole workers of
+        every group, in one process."""
+        if count == self.num_envs:
+            return self
+        check(self.capabilities.elastic, "env_backend", self.backend,
+              "steps each group as one batch: a prefix of it cannot step alone; choose processes or ray")
+        check(jax.process_count() == 1, "num_envs", count,
+              "a prefix of a host batch is cut in one process; each of several steps its own share")
+        workers = self.groups * prefix_workers(count, self.num_envs, self.workers, self.groups)
+        view = dataclasses.replace(self, num_envs=count, workers=workers)
+        source = getattr(self, "_source", self)
+        object.__setattr__(view, "_source", source)
+        object.__setattr__(source, "_cut", True)
+        return view
 
     def failure(self) -> EnvWorkerError | None:
         """The ``EnvWorkerError`` a host call of this environment raised since the last
@@ -308,7 +331,10 @@ class HostEnv(Env):
     # -- the host side -------------------------------------------------------------
 
     def pool(self) -> EnvPool:
-        """The pool, started if it is not up."""
+        """The pool, started if it is not up (a prefix's: its source batch's)."""
+        source = getattr(self, "_source", None)
+        if source is not None:
+            return source.pool()
         live = getattr(self, "_pool", None)
         if live is None or not live.alive:
             own = self.num_envs // jax.process_count()
@@ -319,12 +345,19 @@ class HostEnv(Env):
         return live
 
     def counters(self) -> dict[str, float]:
-        """The pool's counts kept outside the program (``EnvPool.counters``), where it is up."""
-        live = getattr(self, "_pool", None)
-        return {} if live is None else live.counters()
+        """The pool's counts kept outside the program (``EnvPool.counters``), where it is up,
+        and its fleet's (``EnvPool.fleet``) where prefixes of the batch are cut."""
+        source = getattr(self, "_source", self)
+        live = getattr(source, "_pool", None)
+        if live is None:
+            return {}
+        return live.counters() | (live.fleet() if getattr(source, "_cut", False) else {})
 
     def close(self) -> None:
-        """Stop the pool (a later reset starts it again)."""
+        """Stop the pool (a later reset starts it again; a prefix's: its source batch's)."""
+        source = getattr(self, "_source", None)
+        if source is not None:
+            return source.close()
         live = getattr(self, "_pool", None)
         if live is not None:
             live.close()
@@ -334,10 +367,11 @@ class HostEnv(Env):
         try:
             return request(self.pool())
         except EnvWorkerError as error:
-            _LIVE.discard(self)
+            source = getattr(self, "_source", self)  # where the run looks for it
+            _LIVE.discard(source)
             if jax.process_count() > 1:
                 _exit_every_process(error)
-            object.__setattr__(self, "_failure", error)
+            object.__setattr__(source, "_failure", error)
             raise
 
     def _converted(self, step: HostStep) -> HostStep:

@@ -56,7 +56,8 @@ T = TypeVar("T")
 
 FAMILIES = ("gymnasium", "ale")
 # the backends' own options (HostEnv.make's keywords, a recipe's env_<option>) and their defaults
-OPTIONS = {"timeout": 60.0, "address": "", "worker_cpus": 1.0, "worker_resource": "", "lost_workers": "stop"}
+OPTIONS = {"timeout": 60.0, "address": "", "worker_cpus": 1.0, "worker_resource": "", "lost_workers": "stop",
+           "keep_alive": 10.0}
 
 
 class EnvWorkerError(RuntimeError):
@@ -160,6 +161,11 @@ class EnvPool(abc.ABC):
         restarts lost workers counts them); none by default."""
         return {}
 
+    def fleet(self) -> dict[str, float]:
+        """The workers' counts that a run stepping prefixes of the batch adds to its rows (a
+        pool that releases idle workers and starts them again counts them); none by default."""
+        return {}
+
     @property
     def group_size(self) -> int:
         """Environments per group."""
@@ -214,7 +220,7 @@ class EnvPool(abc.ABC):
         """Per-group arrays to one in the order of environment ids."""
         if len(parts) == 1:
             return parts[0]
-        return np.stack(parts, axis=1).reshape(self.num_envs, *np.shape(parts[0])[1:])
+        return np.stack(parts, axis=1).reshape(-1, *np.shape(parts[0])[1:])
 
     def _listed(self, ids: np.ndarray) -> str:
         ids = ids + self.first_id
@@ -225,7 +231,13 @@ class EnvPool(abc.ABC):
 class WorkerPool(EnvPool):
     """A pool whose groups are whole workers, each stepping an equal share of its group:
     worker ``w`` of ``num_workers`` holds the environments ``held(w)``, whichever backend
-    runs it, so the same seeds give the same steps."""
+    runs it, so the same seeds give the same steps.
+
+    A prefix of the batch steps alone: ``send(group, actions)`` with fewer actions than
+    the group has environments steps the group's first workers (the group's members that
+    the batch's first environments are), and ``reset`` with fewer seeds resets the
+    batch's first environments; the other workers wait, their environments as they were
+    (boosting's rungs, ``HostEnv.prefix``)."""
 
     def __init__(self, env_id: str, num_envs: int, num_workers: int, groups: int, first_id: int):
         super().__init__(env_id, num_envs, groups, first_id)
@@ -235,6 +247,8 @@ class WorkerPool(EnvPool):
         self.num_workers = num_workers
         self.per_worker = num_envs // num_workers
         self.workers_per_group = num_workers // groups
+        self._stepping = [self._group_workers(g) for g in range(groups)]  # each group's workers in its last send
+
 
     def held(self, worker: int) -> np.ndarray:
         """The ids of the environments ``worker`` steps."""
@@ -242,8 +256,29 @@ class WorkerPool(EnvPool):
         members = np.arange(first * self.per_worker, (first + 1) * self.per_worker)
         return members * self.groups + group
 
-    def _group_workers(self, group: int) -> range:
-        return range(group * self.workers_per_group, (group + 1) * self.workers_per_group)
+    def _group_workers(self, group: int, count: int | None = None) -> range:
+        """``group``'s workers, or its first ``count``."""
+        first = group * self.workers_per_group
+        return range(first, first + (self.workers_per_group if count is None else count))
+
+    def _sending(self, group: int, actions: np.ndarray) -> range:
+        """The workers a send of ``actions`` to ``group`` steps (its first, one share of
+        actions each), remembered for ``receive``; ``ConfigError`` for a bad group or count."""
+        check(0 <= group < self.groups, "group", group, f"choose a group in 0..{self.groups - 1}")
+        count, share = divmod(len(actions), self.per_worker)
+        check(share == 0 and 0 < count <= self.workers_per_group, "actions", np.shape(actions),
+              f"give one action per environment of the group's first workers ({self.per_worker} each, "
+              f"{self.group_size} in all)")
+        self._stepping[group] = self._group_workers(group, count)
+        return self._stepping[group]
+
+    def _resetting(self, seeds: int | np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """The seeds of the batch's first environments (all, for an integer) and the
+        workers that hold them, group by group; each group's next receive reads those."""
+        seeds = self._seeds(seeds)
+        count = prefix_workers(len(seeds), self.num_envs, self.num_workers, self.groups)
+        self._stepping = [self._group_workers(g, count) for g in range(self.groups)]
+        return seeds, [w for workers in self._stepping for w in workers]
 
 
 class HostEnvPool(WorkerPool):
@@ -284,14 +319,13 @@ class HostEnvPool(WorkerPool):
         return bool(self._procs)
 
     def reset(self, seeds: int | np.ndarray) -> np.ndarray:
-        seeds = self._seeds(seeds)
-        for w in range(len(self._conns)):
+        seeds, workers = self._resetting(seeds)
+        for w in workers:
             self._send(w, ("reset", seeds[self.held(w)]))
         return self._interleave([self._gather(g)[0] for g in range(self.groups)])
 
     def send(self, group: int, actions: np.ndarray) -> None:
-        self._check_send(group, actions)
-        for i, w in enumerate(self._group_workers(group)):
+        for i, w in enumerate(self._sending(group, actions)):
             self._send(w, ("step", actions[i * self.per_worker:(i + 1) * self.per_worker]))
 
     def receive(self, group: int) -> HostStep:
@@ -319,8 +353,8 @@ class HostEnvPool(WorkerPool):
 
     def _gather(self, group: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
         """``group``'s observations and final observations (copied out of the shared
-        memory) and its workers' answers, concatenated column by column."""
-        workers = self._group_workers(group)
+        memory) and the answers of the workers it last sent to, concatenated column by column."""
+        workers = self._stepping[group]
         answers = [self._receive(w) for w in workers]
         obs, final = (np.concatenate([self._shared[w][slot] for w in workers]) for slot in (0, 1))
         columns = () if answers[0] is None else tuple(np.concatenate(c) for c in zip(*answers, strict=True))
@@ -422,6 +456,17 @@ class InProcessPool(EnvPool):
                                  "is shut down") from error
 
 
+def prefix_workers(count: int, num_envs: int, workers: int, groups: int) -> int:
+    """How many of each group's workers hold the first ``count`` of ``num_envs``
+    environments in ``workers`` workers and ``groups`` groups (``WorkerPool.held``);
+    ``ConfigError`` unless they are whole workers of every group."""
+    whole = groups * (num_envs // workers)
+    check(0 < count <= num_envs and count % whole == 0, "num_envs", count,
+          f"a prefix of {num_envs} host environments in {workers} workers and {groups} groups steps whole workers of "
+          f"every group: give a multiple of {whole}")
+    return count // whole
+
+
 @dataclasses.dataclass(frozen=True)
 class Backend:
     """Where a ``HostEnv``'s pool steps: ``pool``, the ``EnvPool`` class as
@@ -442,7 +487,7 @@ BACKENDS: dict[str, Backend] = {
     "processes": Backend("jaxrl_frag.envs.host_pool:HostEnvPool", ("timeout",)),
     "in-process": Backend("jaxrl_frag.envs.host_pool:InProcessPool"),
     "ray": Backend("jaxrl_frag.envs.host_ray:RayPool", ("timeout", "address", "worker_cpus", "worker_resource",
-                                                        "lost_workers")),
+                                                        "lost_workers", "keep_alive")),
 }
 
 

@@ -27,6 +27,15 @@ seeds and the count of restarts) and the step in flight returns, for each of the
 the episode so far ended as a truncation (reward 0, its last observation as the
 final one); ``counters`` counts the restarts and the episodes cut short. An
 environment that raises stops the pool in either case: that is no lost worker.
+
+The fleet is elastic (Nitro's serverless bursts, with Ray actors for cloud functions):
+where sends step a prefix of a group (boosting's smaller rungs), the group's other
+workers wait, and one that no send has needed for ``keep_alive`` seconds is released,
+its CPUs back to the cluster (a serverless platform's keep-alive); a later send that
+needs it starts a new actor, which resets its environments (seeded from their seeds and
+the count of starts) and returns their episodes in flight ended as truncations, as a
+restart does. ``counters`` reports the live workers, the workers started again and the
+worker-seconds held (the fleet's cost, wall-clock).
 """
 
 from __future__ import annotations
@@ -36,7 +45,8 @@ import os
 import socket
 import sys
 import tempfile
-from typing import Any, NoReturn
+import time
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
@@ -50,6 +60,13 @@ LOST_WORKERS = ("stop", "restart")
 RESOURCE_SHARE = 0.001  # of worker_resource per worker: a placement constraint, the CPUs set how many fit
 STARTING = 120.0  # seconds a new worker has, at least, to be placed, start and reset its environments
 _STARTED: list[bool] = []  # [True] while this process runs a Ray it started itself (no address)
+
+
+class Regrown(NamedTuple):
+    """A released worker started again by a send: ``reset``, the reference to its
+    environments' first observations, answered at the group's receive as a cut step."""
+
+    reset: Any
 
 
 def ray_module() -> Any:
@@ -141,11 +158,12 @@ class RayPool(WorkerPool):
 
     def __init__(self, env_id: str, num_envs: int, num_workers: int = 2, groups: int = 1, first_id: int = 0, *,
                  timeout: float = 60.0, address: str = "", worker_cpus: float = 1.0, worker_resource: str = "",
-                 lost_workers: str = "stop", **kwargs: Any):
+                 lost_workers: str = "stop", keep_alive: float = 10.0, **kwargs: Any):
         super().__init__(env_id, num_envs, num_workers, groups, first_id)
         self.check_options(env_id, num_workers, dict(timeout=timeout, address=address, worker_cpus=worker_cpus,
-                                                     worker_resource=worker_resource, lost_workers=lost_workers))
-        self.timeout, self.lost_workers = timeout, lost_workers
+                                                     worker_resource=worker_resource, lost_workers=lost_workers,
+                                                     keep_alive=keep_alive))
+        self.timeout, self.lost_workers, self.keep_alive = timeout, lost_workers, keep_alive
         ray = ray_module()
         connect(address, num_workers * worker_cpus)
         if cluster_address(address):
@@ -165,10 +183,12 @@ class RayPool(WorkerPool):
         self._nodes: list[Any] = [None] * num_workers  # each worker's node id, or a reference to it
         self._episodes = [Episodes(self.per_worker) for _ in range(num_workers)]
         self._last: list[np.ndarray | None] = [None] * num_workers  # each worker's latest observations
-        self._pending: dict[int, Any] = {}  # worker -> its step in flight
+        self._pending: dict[int, Any] = {}  # worker -> its step in flight (or its reset, ``Regrown``)
         self._starting: set[int] = set()  # workers that have not answered yet: they get STARTING seconds
         self._row_seeds = np.zeros(num_envs, np.int64)  # each environment's seed at the last reset
-        self.restarts = self.cut = 0
+        self.restarts = self.cut = self.regrown = self.launched = 0  # launched: actors started after the first ones
+        self._held_seconds, self._since = 0.0, time.monotonic()  # worker-seconds held until _since
+        self._idle_since: dict[int, float] = {}  # live workers that the last sends left out, since when
         for w in range(num_workers):
             self._start_worker(w)
 
@@ -182,6 +202,9 @@ class RayPool(WorkerPool):
               "choose stop (the run ends, exit status 4, resume continues it) or restart (elsewhere, training goes on)")
         check(isinstance(cpus, int | float) and 0 < cpus < math.inf, "env_worker_cpus", cpus,
               "give the CPUs each worker reserves, a positive number (0.5: two workers a CPU)")
+        keep = options["keep_alive"]
+        check(isinstance(keep, int | float) and 0 <= keep < math.inf, "env_keep_alive", keep,
+              "give the seconds an idle worker is kept, zero (released at once) or more")
         address = cluster_address(options["address"])
         check(not resource or bool(address), "env_worker_resource", resource,
               "names a resource of a cluster's nodes; a local Ray has none: give the cluster's --env-address (or "
@@ -220,10 +243,22 @@ class RayPool(WorkerPool):
     def alive(self) -> bool:
         return any(actor is not None for actor in self._actors)
 
+    @property
+    def live_workers(self) -> int:
+        """The workers whose actors are up (the others were released)."""
+        return sum(actor is not None for actor in self._actors)
+
     def counters(self) -> dict[str, float]:
         if self.lost_workers != "restart":
             return {}
         return {"env_workers_restarted": float(self.restarts), "env_episodes_cut": float(self.cut)}
+
+    def fleet(self) -> dict[str, float]:
+        """The live workers, the released ones started again, the worker-seconds held so far
+        (wall-clock) and the episodes cut short (by restarts or regrowth)."""
+        self._account()
+        return {"env_workers_live": float(self.live_workers), "env_workers_regrown": float(self.regrown),
+                "env_worker_seconds": self._held_seconds, "env_episodes_cut": float(self.cut)}
 
     def nodes(self) -> list[str]:
         """Each worker's node id (waiting for a worker that has not said yet)."""
@@ -232,34 +267,53 @@ class RayPool(WorkerPool):
         return list(self._nodes)
 
     def reset(self, seeds: int | np.ndarray) -> np.ndarray:
-        self._row_seeds = self._seeds(seeds)
-        self._pending.clear()
-        refs = {w: self._actors[w].reset.remote(self._row_seeds[self.held(w)]) for w in range(self.num_workers)}
+        seeds, workers = self._resetting(seeds)
+        self._row_seeds[:len(seeds)] = seeds
+        for w in workers:
+            self._pending.pop(w, None)
+            self._idle_since.pop(w, None)
+            if self._actors[w] is None:  # released
+                self._account()
+                self._start_worker(w)
+        refs = {w: self._actors[w].reset.remote(self._row_seeds[self.held(w)]) for w in workers}
         obs = {}
         for w, ref in refs.items():
             obs[w] = self._answer(w, ref)
             self._starting.discard(w)
             if obs[w] is None:  # lost, and restarted: reset afresh
-                obs[w] = self._restart(w, self._row_seeds[self.held(w)])
+                obs[w] = self._restart(w)
             self._episodes[w].reset()
             self._last[w] = obs[w]
-        return self._interleave([np.concatenate([obs[w] for w in self._group_workers(g)]) for g in range(self.groups)])
+        return self._interleave([np.concatenate([obs[w] for w in self._stepping[g]]) for g in range(self.groups)])
 
     def send(self, group: int, actions: np.ndarray) -> None:
-        self._check_send(group, actions)
-        for i, w in enumerate(self._group_workers(group)):
+        workers = self._sending(group, actions)
+        now = time.monotonic()
+        for w in self._group_workers(group)[len(workers):]:
+            if self._actors[w] is not None and now - self._idle_since.setdefault(w, now) >= self.keep_alive:
+                self._release(w)
+        for i, w in enumerate(workers):
+            self._idle_since.pop(w, None)
+            if self._actors[w] is None:
+                self._pending[w] = self._regrow(w)
+                continue
             self._pending[w] = self._actors[w].step.remote(actions[i * self.per_worker:(i + 1) * self.per_worker])
 
     def receive(self, group: int) -> HostStep:
         ray = ray_module()
-        workers = list(self._group_workers(group))
+        workers = list(self._stepping[group])
         refs = [self._pending.pop(w) for w in workers]
-        ray.wait(refs, num_returns=len(refs), timeout=self.timeout)  # then each is ready, or counts as lost
+        waiting = [ref for ref in refs if not isinstance(ref, Regrown)]  # a new worker gets STARTING seconds
+        ray.wait(waiting, num_returns=len(waiting), timeout=self.timeout)  # then each is ready, or counts as lost
         parts = []
         for w, ref in zip(workers, refs, strict=True):
+            if isinstance(ref, Regrown):
+                obs = self._answer(w, ref.reset)
+                parts.append(self._cut(w, self._restart(w) if obs is None else obs))
+                continue
             answer = self._answer(w, ref, waited=True)
             if answer is None:
-                parts.append(self._cut(w))
+                parts.append(self._cut(w, self._restart(w)))
                 continue
             obs, reward, points, terminated, truncated, ended_final = answer
             ended = terminated | truncated
@@ -277,6 +331,7 @@ class RayPool(WorkerPool):
         if not self.alive:
             return
         ray = ray_module()
+        self._account()
         for actor in self._actors:
             if actor is not None and ray.is_initialized():  # not at exit, after Ray's own shutdown: a call would start one
                 try:
@@ -293,6 +348,42 @@ class RayPool(WorkerPool):
         self._actors[w] = self._remote.remote(self.target, self.per_worker, self._kwargs)
         self._nodes[w] = self._actors[w].node.remote()
         self._starting.add(w)
+
+    def _account(self) -> None:
+        """Add the worker-seconds held since the last change of the live workers."""
+        now = time.monotonic()
+        self._held_seconds += self.live_workers * (now - self._since)
+        self._since = now
+
+    def _launch(self, w: int) -> Any:
+        """A new actor for worker ``w``, its environments reset with their seeds made new
+        by the count of actors started after the first ones; the reference to its first
+        observations."""
+        self._account()
+        self._start_worker(w)
+        self.launched += 1
+        reseeded = np.array([np.random.SeedSequence([int(s), self.launched]).generate_state(1)[0] & 0x7FFFFFFF
+                             for s in self._row_seeds[self.held(w)]], np.int64)
+        return self._actors[w].reset.remote(reseeded)
+
+    def _release(self, w: int) -> None:
+        """Give worker ``w``'s actor back to the cluster (its environments' state goes with it)."""
+        if self._actors[w] is None:
+            return
+        self._account()
+        try:
+            ray_module().kill(self._actors[w])
+        except Exception:  # gone already
+            pass
+        self._actors[w] = None
+        self._pending.pop(w, None)
+        self._starting.discard(w)
+        self._idle_since.pop(w, None)
+
+    def _regrow(self, w: int) -> Regrown:
+        """Released worker ``w`` started again (its step answers as a cut step)."""
+        self.regrown += 1
+        return Regrown(self._launch(w))
 
     def _answer(self, w: int, ref: Any, waited: bool = False) -> Any:
         """Worker ``w``'s answer ``ref``; ``None`` if ``w`` was lost and is to be restarted
@@ -312,21 +403,13 @@ class RayPool(WorkerPool):
         self._lost = lost
         return None
 
-    def _restart(self, w: int, seeds: np.ndarray) -> np.ndarray:
-        """A new actor for lost worker ``w``, wherever the cluster has room, its
-        environments reset with ``seeds`` made new by the count of restarts; their first
-        observations."""
-        ray = ray_module()
+    def _restart(self, w: int) -> np.ndarray:
+        """A new actor for lost worker ``w``, wherever the cluster has room (``_launch``);
+        its environments' first observations."""
         before, why = self._node_name(w), self._lost
-        try:
-            ray.kill(self._actors[w])
-        except Exception:  # its node is gone
-            pass
+        self._release(w)  # its node may be gone
         self.restarts += 1
-        self._start_worker(w)
-        reseeded = np.array([np.random.SeedSequence([int(s), self.restarts]).generate_state(1)[0] & 0x7FFFFFFF
-                             for s in seeds], np.int64)
-        obs = self._answer(w, self._actors[w].reset.remote(reseeded))
+        obs = self._answer(w, self._launch(w))
         self._starting.discard(w)
         if obs is None:
             self._fail(w, f"{why}, and its restart {self._lost}")
@@ -334,11 +417,12 @@ class RayPool(WorkerPool):
               f"restarted on node {self._node_name(w)}", file=sys.stderr, flush=True)
         return obs
 
-    def _cut(self, w: int) -> tuple[np.ndarray, ...]:
-        """Lost worker ``w``'s step, restarted: its episodes in flight end as truncations
-        (reward 0, the last observation as the final one, their scores and lengths so
-        far), the next ones start from fresh resets."""
-        obs = self._restart(w, self._row_seeds[self.held(w)])
+    def _cut(self, w: int, obs: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The step of worker ``w``, started again (restarted, or regrown) with first
+        observations ``obs``: its episodes in flight end as truncations (reward 0, the last
+        observation as the final one, their scores and lengths so far), the next ones
+        start from ``obs``."""
+        self._starting.discard(w)
         score, length = self._episodes[w].score.copy(), self._episodes[w].length.copy()
         self._episodes[w].reset()
         n = self.per_worker

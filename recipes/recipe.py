@@ -20,7 +20,7 @@ from jaxrl_frag.errors import ConfigError, check
 _RESUMED = 0x7E5  # folded into the state's key for the seeds of environments started afresh on resume
 # HostEnv.make's options, the recipe's env_<option>: the ring's, then the backends' (envs.host_pool.OPTIONS)
 HOST_OPTIONS = ("workers", "groups", "ring", "backend", "timeout", "address", "worker_cpus", "worker_resource",
-                "lost_workers")
+                "lost_workers", "keep_alive")
 # act(obs, key) -> action: a batch of observations [N, ...] as the bare environment gives them (no normalisation) and
 # one key, to the actions sent to the environment [N, ...]
 PolicyFn = Callable[[jax.Array, jax.Array], jax.Array]
@@ -68,6 +68,10 @@ class Recipe(Algorithm):
                                                       "env_timeout): stop (exit 4 naming it and its node, checkpoints "
                                                       "kept, resume continues) or restart (elsewhere, its environments "
                                                       "reset and their episodes in flight ended as truncations)")
+    env_keep_alive: float = static_field(10.0, help="ray: seconds a worker that no step needs (boosting's smaller "
+                                                    "rungs) is kept before it is released to the cluster; one needed "
+                                                    "again after that starts afresh, its episodes in flight ended as "
+                                                    "truncations")
 
     action_spaces: ClassVar[tuple[type, ...]] = (envs.Discrete, envs.Box)  # the kinds of action space it acts in
     multi_agent: ClassVar[bool] = False  # whether it acts for agents on an axis (AgentObs), or for one

@@ -101,6 +101,58 @@ def test_a_resumed_run_starts_its_environments_afresh_and_the_rest_exactly(tmp_p
     assert [row["iteration"] for row in continued[0].rows] == [4.0]
 
 
+def test_a_prefix_of_the_batch_steps_alone_and_the_rest_wait() -> None:
+    """A pool of 8 environments in 4 workers and 2 groups, stepped 5 times on its first 4
+    (each group's first worker of 2) beside a pool stepped whole with the same actions: the
+    prefix's steps are the whole pool's first rows, and the 4 that waited then step as
+    if from their reset (a third pool's first step). A prefix of part of a worker is
+    refused, naming the multiple that whole workers make."""
+    from jaxrl_frag.envs.host_pool import HostEnvPool
+    from jaxrl_frag.errors import ConfigError
+
+    actions = np.random.default_rng(0).integers(0, 2, (6, 8))
+    with (HostEnvPool(CARTPOLE, 8, 4, 2) as whole, HostEnvPool(CARTPOLE, 8, 4, 2) as part,
+          HostEnvPool(CARTPOLE, 8, 4, 2) as fresh):
+        np.testing.assert_array_equal(whole.reset(7), part.reset(7))
+        fresh.reset(7)
+        for a in actions[:5]:
+            expected = whole.step(a)
+            for g in range(2):
+                part.send(g, a[:4][g::2])
+            steps = [part.receive(g) for g in range(2)]
+            for column, g in ((c, g) for c in range(len(expected)) for g in range(2)):
+                np.testing.assert_array_equal(steps[g][column], expected[column][:4][g::2])
+        after, waited = whole.step(actions[5]), part.step(actions[5])
+        np.testing.assert_array_equal(waited.obs[:4], after.obs[:4])
+        np.testing.assert_array_equal(waited.obs[4:], fresh.step(actions[5]).obs[4:])
+        assert not np.array_equal(waited.obs[4:], after.obs[4:])
+        np.testing.assert_array_equal(part.reset(np.arange(4)), fresh.reset(np.arange(8))[:4])
+        with pytest.raises(ConfigError, match="whole workers of every group: give a multiple of 4"):
+            part.reset(np.arange(2))
+        with pytest.raises(ConfigError, match=r"actions=\(1,\): give one action per environment of the group's first "
+                                              r"workers \(2 each, 4 in all\)"):
+            part.send(0, np.zeros(1, np.int64))
+
+
+def test_boosting_steps_a_prefix_of_the_workers_each_round() -> None:
+    """PPO boosted at random on a ladder of 4 and 8 host environments in 8 worker
+    processes: each round steps its rung's first workers (``env_workers``, the rung's
+    share) and counts the steps it took, the pool made once for the top rung."""
+    from jaxrl_frag.transforms.boost import Boosted
+
+    recipe = jf.recipes.PPO.create(CARTPOLE, num_envs=8, env_workers=8, num_steps=16, num_minibatches=2,
+                                   total_steps=8 * 16 * 8)
+    boosted = Boosted.create(recipe, strategy="random", ladder=(4, 8), minibatches="size")
+    assert [env.num_envs for env in boosted.rung_envs] == [4, 8] and boosted.rung_envs[1] is recipe.env
+    assert [env.workers for env in boosted.rung_envs] == [4, 8]
+    history = jf.compile(boosted, chunk_iterations=1).run(jax.random.PRNGKey(3))  # a row a round
+    actors, workers = history["actors"], history["env_workers"]
+    assert set(actors) == {4, 8} and (workers == actors).all()  # one environment a worker
+    np.testing.assert_array_equal(np.diff(history["env_steps"], prepend=0), actors * 16)
+    assert history.final["episode_count"] > 0
+    recipe.env.close()
+
+
 @pytest.mark.slow
 def test_a_killed_worker_stops_the_run_naming_its_environments(tmp_path: Path) -> None:
     """SIGKILL one of four workers mid-run: the CLI exits with status 4 within seconds,

@@ -100,12 +100,16 @@ def reference(recipe: str) -> list[np.ndarray]:
     return run(make(recipe), SingleDevice())[0]
 
 
+# make test-fast's rows: one recipe for each kind of training state a policy splits, places or vmaps (an on-policy
+# rollout and its minibatches, a prioritized n-step replay buffer, a team's stacked agents); make test runs every row
+FAST = {"ppo", "dqn", "mappo"}
+
+
 def cases(policies: dict[str, object]) -> list[object]:
-    """Each row of ``SMALL`` under each of ``policies`` (of those ``UNDER`` names for it): the recurrent rows cost
-    the most to compile (a minute and a half of make test-fast's share on 2 cores), so make test runs them and the
-    other variants, make test-fast one row of each recipe, and its exact policies only."""
-    return [pytest.param(recipe, policy, marks=pytest.mark.long if recipe in LONG else pytest.mark.slow)
-            if recipe in VARIANT_OF else (recipe, policy)
+    """Each row of ``SMALL`` under each of ``policies`` (of those ``UNDER`` names for it), marked for the target
+    that runs it: ``FAST``'s rows in every target, Craftax's in make test-long, the others in make test."""
+    return [(recipe, policy) if recipe in FAST
+            else pytest.param(recipe, policy, marks=pytest.mark.long if recipe in LONG else pytest.mark.slow)
             for recipe in SMALL for policy in policies if policy in UNDER.get(recipe, policies)]
 
 

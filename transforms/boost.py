@@ -93,6 +93,9 @@ class Boostable(Protocol):
     @classmethod
     def create(cls, env: str, **settings: Any) -> Boostable: ...
 
+    @classmethod
+    def validate(cls, settings: dict[str, Any]) -> None: ...
+
     def replace(self, **changes: Any) -> Boostable: ...
 
     def init(self, key: jax.Array) -> PyTree: ...
@@ -169,6 +172,10 @@ class Boosted(Wrapper):
                                              "prices (needs a calibrated run; inf: no limit)")
     actor_price: float = hyperparameter(1.0, flag="--actor-price", help="cost of an actor device-second")
     learner_price: float = hyperparameter(1.0, flag="--learner-price", help="cost of a learner device-second")
+    worker_price: float = hyperparameter(0.0, flag="--worker-price",
+                                         help="cost of an environment worker-second (host environments: a rung's "
+                                              "workers, on Ray released when no round steps them, are held through "
+                                              "its rounds)")
     round_seconds: jax.Array = hyperparameter(None)  # [rungs, 3]: actor, learner and probe seconds of one round
 
     counts: ClassVar[tuple[str, ...]] = ("window", "probe_iterations")
@@ -226,9 +233,14 @@ class Boosted(Wrapper):
         check(s["minibatches"] in MINIBATCHES, "boost_minibatches", s["minibatches"],
               "choose batch (every rung the bottom rung's batch), size (every rung's minibatches the bottom "
               "rung's size) or count (every rung's batch in num_minibatches)")
-        check(recipe.env.capabilities.traceable, "boost", s["strategy"],
-              "steps a slice of a pool of environments traced into the program; these step outside it (host "
-              "environments, gymnasium: or ale:): turn boosting off")
+        capabilities = recipe.env.capabilities
+        check(capabilities.traceable or capabilities.elastic, "boost", s["strategy"],
+              "steps a slice of a pool of environments traced into the program, or a prefix of a pool of whole "
+              "workers outside it (--env-backend processes or ray); these step as one batch a group (--env-backend "
+              "in-process): choose processes or ray, or turn boosting off")
+        check(capabilities.traceable or recipe.num_envs == ladder[-1], "num_envs", recipe.num_envs,
+              f"host environments are made once, for the top rung, and the rungs step a prefix of them: make the "
+              f"recipe with num_envs = {ladder[-1]}, the ladder's top")
         check(not getattr(recipe, "recurrent", False), "memory", getattr(recipe, "memory", "recurrent"),
               "a recurrent policy learns from whole environments' sequences, and boosting changes how many "
               "environments a round steps and for how long from rung to rung (so the sequences' shapes, within one "
@@ -244,7 +256,7 @@ class Boosted(Wrapper):
         check(0 <= s["noise_smoothing"] < 1, "boost_noise_smoothing", s["noise_smoothing"], "must lie in [0, 1)")
         check(s["convexity_floor"] > 0, "boost_convexity_floor", s["convexity_floor"], "must be positive")
         check(s["budget_cost"] > 0, "budget_cost", s["budget_cost"], "must be positive (inf: no cost limit)")
-        for name in ("actor_price", "learner_price"):
+        for name in ("actor_price", "learner_price", "worker_price"):
             check(s[name] >= 0, name, s[name], "must be zero or positive")
         check(s["strategy"] != "gns" or recipe.num_minibatches >= 2, "num_minibatches", recipe.num_minibatches,
               "the gns strategy compares minibatch gradients: give at least 2 minibatches")
@@ -296,14 +308,20 @@ class Boosted(Wrapper):
     def _make_rungs(recipe: Boostable, ladder: tuple[int, ...], steps: tuple[int, ...], counts: tuple[int, ...],
                     minibatches: str) -> list[Boostable]:
         """The recipe made again at each rung, with its environments, steps and minibatch
-        count. ``ConfigError`` naming the rung where the recipe cannot run at one."""
+        count; environments stepped outside the program are made once, the top rung's, and
+        a rung steps their prefix (``Env.prefix``). ``ConfigError`` naming the rung where
+        the recipe cannot run at one."""
         kind = type(recipe)
         own = {name: getattr(recipe, name) for name in kind.fields()}
         rungs = []
         for n, count, length in zip(ladder, counts, steps, strict=True):
+            changes = {"num_envs": n, "num_steps": length, "num_minibatches": count}
             try:
-                rungs.append(kind.create(recipe.env.name,
-                                         **own | {"num_envs": n, "num_steps": length, "num_minibatches": count}))
+                if recipe.env.capabilities.traceable:
+                    rungs.append(kind.create(recipe.env.name, **own | changes))
+                else:
+                    kind.validate(own | changes)
+                    rungs.append(recipe.replace(**changes, env=recipe.env.prefix(n)))
             except ConfigError as error:
                 raise ConfigError("boost_ladder", n, f"is a rung the recipe cannot run at ({length} steps, {count} "
                                   f"minibatches, --boost-minibatches {minibatches}): {error}") from None
@@ -356,9 +374,12 @@ class Boosted(Wrapper):
 
     @property
     def round_cost(self) -> jax.Array:
-        """The cost of one round at each rung."""
+        """The cost of one round at each rung: its actor's and learner's device-seconds, and
+        its environment workers (``Env.host_workers``) held through the round, at their prices."""
         seconds = jnp.asarray(self.round_seconds)
-        return self.actor_price * seconds[..., 0] + self.learner_price * (seconds[..., 1] + seconds[..., 2])
+        workers = jnp.asarray([env.host_workers for env in self.rung_envs], jnp.float32)
+        return (self.actor_price * seconds[..., 0] + self.learner_price * (seconds[..., 1] + seconds[..., 2])
+                + self.worker_price * workers * seconds.sum(-1))
 
     def rung(self, index: int, lr: jax.Array | float) -> Boostable:
         """The recipe at rung ``index`` with that rung's steps and minibatch count, its
@@ -415,11 +436,13 @@ class Boosted(Wrapper):
             signal = jnp.where(rung < len(self.ladder), self.probe(self.rung(0, lr), state.pool.params, sample, k_probe), 0)
         c = self.update(c, rung, signal, key)
         actors = jnp.append(jnp.asarray(self.ladder), 0)[rung]
+        workers = [env.host_workers for env in self.rung_envs]
+        fleet = {"env_workers": jnp.append(jnp.asarray(workers), 0)[rung]} if any(workers) else {}
         lambda_min, lambda_max, true_norm, trace = signal
         probe = {"lambda_min": lambda_min, "lambda_max": lambda_max, "curvature_ratio": self.ratio(signal),
                  "noise_scale": jnp.where(true_norm > 0, trace / true_norm, 0.0)} if self.strategy in PROBING else {}
         return BoostState(pool, c), {
-            **metrics, **probe, "actors": actors, "boost": boost, "floor": floor,
+            **metrics, **probe, "actors": actors, **fleet, "boost": boost, "floor": floor,
             "env_steps_total": c.env_steps, "device_seconds_total": c.seconds, "cost_total": c.cost}
 
     def boost(self, c: Controller, key: jax.Array) -> tuple[jax.Array, jax.Array]:
