@@ -221,8 +221,9 @@ class HostEnv(Env):
     def failure(self) -> EnvWorkerError | None:
         """The ``EnvWorkerError`` a host call of this environment raised since the last
         call, if one did (XLA reports it as a runtime error of the program)."""
-        failure = getattr(self, "_failure", None)
-        object.__setattr__(self, "_failure", None)
+        source = getattr(self, "_source", self)  # a prefix's failures are its source batch's
+        failure = getattr(source, "_failure", None)
+        object.__setattr__(source, "_failure", None)
         return failure
 
     @property

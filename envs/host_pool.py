@@ -463,7 +463,7 @@ def prefix_workers(count: int, num_envs: int, workers: int, groups: int) -> int:
     whole = groups * (num_envs // workers)
     check(0 < count <= num_envs and count % whole == 0, "num_envs", count,
           f"a prefix of {num_envs} host environments in {workers} workers and {groups} groups steps whole workers of "
-          f"every group: give a multiple of {whole}")
+          f"every group: give a multiple of {whole}, or more workers (--env-workers), each holding fewer")
     return count // whole
 
 

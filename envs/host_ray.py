@@ -34,8 +34,10 @@ workers wait, and one that no send has needed for ``keep_alive`` seconds is rele
 its CPUs back to the cluster (a serverless platform's keep-alive); a later send that
 needs it starts a new actor, which resets its environments (seeded from their seeds and
 the count of starts) and returns their episodes in flight ended as truncations, as a
-restart does. ``counters`` reports the live workers, the workers started again and the
-worker-seconds held (the fleet's cost, wall-clock).
+restart does (a new actor that the cluster cannot place within ``STARTING`` seconds is
+a lost worker, under ``lost_workers`` as any other). ``fleet`` reports the live
+workers, the workers started again, the seconds the pool has been up and the
+worker-seconds it held in them (the fleet's cost, by the wall clock).
 """
 
 from __future__ import annotations
@@ -188,6 +190,7 @@ class RayPool(WorkerPool):
         self._row_seeds = np.zeros(num_envs, np.int64)  # each environment's seed at the last reset
         self.restarts = self.cut = self.regrown = self.launched = 0  # launched: actors started after the first ones
         self._held_seconds, self._since = 0.0, time.monotonic()  # worker-seconds held until _since
+        self._born = self._since
         self._idle_since: dict[int, float] = {}  # live workers that the last sends left out, since when
         for w in range(num_workers):
             self._start_worker(w)
@@ -254,14 +257,17 @@ class RayPool(WorkerPool):
         return {"env_workers_restarted": float(self.restarts), "env_episodes_cut": float(self.cut)}
 
     def fleet(self) -> dict[str, float]:
-        """The live workers, the released ones started again, the worker-seconds held so far
-        (wall-clock) and the episodes cut short (by restarts or regrowth)."""
+        """The live workers, the released ones started again, the seconds the pool has been
+        up and the worker-seconds it held in them (wall-clock), and the episodes cut short
+        (by restarts or regrowth)."""
         self._account()
         return {"env_workers_live": float(self.live_workers), "env_workers_regrown": float(self.regrown),
-                "env_worker_seconds": self._held_seconds, "env_episodes_cut": float(self.cut)}
+                "env_fleet_seconds": self._since - self._born, "env_worker_seconds": self._held_seconds,
+                "env_episodes_cut": float(self.cut)}
 
-    def nodes(self) -> list[str]:
-        """Each worker's node id (waiting for a worker that has not said yet)."""
+    def nodes(self) -> list[str | None]:
+        """Each worker's node id (waiting for a worker that has not said yet; None for a
+        released one)."""
         ray = ray_module()
         self._nodes = [ray.get(n, timeout=self.timeout) if isinstance(n, ray.ObjectRef) else n for n in self._nodes]
         return list(self._nodes)
@@ -275,6 +281,7 @@ class RayPool(WorkerPool):
             if self._actors[w] is None:  # released
                 self._account()
                 self._start_worker(w)
+                self.regrown += 1
         refs = {w: self._actors[w].reset.remote(self._row_seeds[self.held(w)]) for w in workers}
         obs = {}
         for w, ref in refs.items():
@@ -376,6 +383,7 @@ class RayPool(WorkerPool):
         except Exception:  # gone already
             pass
         self._actors[w] = None
+        self._nodes[w] = None
         self._pending.pop(w, None)
         self._starting.discard(w)
         self._idle_since.pop(w, None)

@@ -137,7 +137,10 @@ def test_a_prefix_of_the_batch_steps_alone_and_the_rest_wait() -> None:
 def test_boosting_steps_a_prefix_of_the_workers_each_round() -> None:
     """PPO boosted at random on a ladder of 4 and 8 host environments in 8 worker
     processes: each round steps its rung's first workers (``env_workers``, the rung's
-    share) and counts the steps it took, the pool made once for the top rung."""
+    share) and counts the steps it took, the pool made once for the top rung. Fixed at
+    the bottom rung, the program's last observations of the other 4 are still their
+    first ones, and those 4 environments, stepped whole afterwards, go on from their
+    resets: no round stepped them."""
     from jaxrl_frag.transforms.boost import Boosted
 
     recipe = jf.recipes.PPO.create(CARTPOLE, num_envs=8, env_workers=8, num_steps=16, num_minibatches=2,
@@ -150,6 +153,18 @@ def test_boosting_steps_a_prefix_of_the_workers_each_round() -> None:
     assert set(actors) == {4, 8} and (workers == actors).all()  # one environment a worker
     np.testing.assert_array_equal(np.diff(history["env_steps"], prepend=0), actors * 16)
     assert history.final["episode_count"] > 0
+
+    bottom = Boosted.create(recipe, strategy="fixed", fixed_actors=4, ladder=(4, 8), minibatches="size")
+    first = np.asarray(jax.jit(bottom.init)(jax.random.PRNGKey(3)).pool.obs)  # the run's init resets alike
+    last = np.asarray(jf.compile(bottom, chunk_iterations=2).run(jax.random.PRNGKey(3)).state.pool.obs)
+    np.testing.assert_array_equal(last[4:], first[4:])
+    assert not np.array_equal(last[:4], first[:4])
+    stepped = recipe.env.pool().step(np.zeros(8, np.int64)).obs
+    cartpole = gymnasium.make("CartPole-v1").unwrapped  # its state is its observation
+    cartpole.reset()
+    for i in range(4, 8):
+        cartpole.state = first[i].astype(np.float64)
+        np.testing.assert_allclose(stepped[i], cartpole.step(0)[0], rtol=1e-6)
     recipe.env.close()
 
 

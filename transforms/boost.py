@@ -173,9 +173,9 @@ class Boosted(Wrapper):
     actor_price: float = hyperparameter(1.0, flag="--actor-price", help="cost of an actor device-second")
     learner_price: float = hyperparameter(1.0, flag="--learner-price", help="cost of a learner device-second")
     worker_price: float = hyperparameter(0.0, flag="--worker-price",
-                                         help="cost of an environment worker-second (host environments: a rung's "
-                                              "workers, on Ray released when no round steps them, are held through "
-                                              "its rounds)")
+                                         help="cost of an environment worker-second (host environments: a round "
+                                              "pays for the workers it steps over its seconds; the others count as "
+                                              "released, and starting one as free)")
     round_seconds: jax.Array = hyperparameter(None)  # [rungs, 3]: actor, learner and probe seconds of one round
 
     counts: ClassVar[tuple[str, ...]] = ("window", "probe_iterations")
