@@ -7,8 +7,9 @@
 #             host-environment runs, those on a Ray cluster); not in CI (.ci/run runs make test): run it before
 #             landing a change to what they prove (docs/testing.md)
 # make test-fast: the unit and equivalence tests only, no learning thresholds, no real processes, nor the programs
-#             costliest to compile (the recipe x policy matrix's recurrent and inexact rows, SMAX, boosting's rungs):
-#             under 3 minutes on 2 Intel Xeon cores once the compilation cache holds their programs, 4.3 from empty
+#             costliest to compile (of the recipe x policy matrix only PPO's, DQN's and MAPPO's exact rows; no SMAX,
+#             nor boosting's rungs): 2.6 to 3 minutes on 2 AMD EPYC cores once the compilation cache holds their
+#             programs, 5.5 from empty
 # make docs:  set up .venv if needed, then build the API reference into site/ (open site/index.html)
 VENV ?= .venv
 PYTHON ?= python3
