@@ -159,6 +159,29 @@ def test_boosting_grows_and_shrinks_the_fleet(cluster: Cluster) -> None:
     assert 0 < elastic.final["env_worker_seconds"] < 4 * elastic.final["env_fleet_seconds"]
 
 
+@pytest.mark.long
+def test_a_reset_starts_released_workers_again(cluster: Cluster) -> None:
+    """A pool of 8 environments in 4 actors, released at once (``keep_alive`` 0): a send
+    of each group's first worker releases the second; a whole reset then starts those 2
+    again (counted) and gives, seeded alike, the first observations local worker
+    processes give, and the whole pool steps as theirs does."""
+    from jaxrl_frag.envs.host_pool import HostEnvPool
+
+    options = dict(address=cluster.address, worker_resource=RESOURCE, worker_cpus=0.5, keep_alive=0.0)
+    with RayPool(CARTPOLE, 8, 4, 2, **options) as pool, HostEnvPool(CARTPOLE, 8, 4, 2) as local:
+        pool.reset(5)
+        for g in range(2):
+            pool.send(g, np.ones(2, np.int64))
+        for g in range(2):
+            pool.receive(g)
+        assert pool.live_workers == 2 and pool.nodes()[1] is None and pool.nodes()[3] is None
+        np.testing.assert_array_equal(pool.reset(11), local.reset(11))
+        assert pool.live_workers == 4 and pool.fleet()["env_workers_regrown"] == 2
+        actions = np.arange(8) % 2
+        for x, y in zip(pool.step(actions), local.step(actions), strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
 def test_a_missing_resource_is_refused_before_tracing(cluster: Cluster) -> None:
     """Aiming the workers at a resource no node has: exit status 2, one line naming the
     setting, the value and the resources the nodes have."""
