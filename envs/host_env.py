@@ -200,6 +200,11 @@ class HostEnv(Env):
     def host_workers(self) -> int:
         return self.workers
 
+    @property
+    def _batch(self) -> HostEnv:
+        """The batch whose pool this one steps: itself, or a prefix's source."""
+        return getattr(self, "_source", self)
+
     def prefix(self, count: int) -> HostEnv:
         """The first ``count`` environments, stepped by this batch's pool: each group's first
         workers (``WorkerPool``), the others waiting, or on Ray released until a batch that
@@ -213,17 +218,15 @@ class HostEnv(Env):
               "a prefix of a host batch is cut in one process; each of several steps its own share")
         workers = self.groups * prefix_workers(count, self.num_envs, self.workers, self.groups)
         view = dataclasses.replace(self, num_envs=count, workers=workers)
-        source = getattr(self, "_source", self)
-        object.__setattr__(view, "_source", source)
-        object.__setattr__(source, "_cut", True)
+        object.__setattr__(view, "_source", self._batch)
+        object.__setattr__(self._batch, "_cut", True)
         return view
 
     def failure(self) -> EnvWorkerError | None:
         """The ``EnvWorkerError`` a host call of this environment raised since the last
         call, if one did (XLA reports it as a runtime error of the program)."""
-        source = getattr(self, "_source", self)  # a prefix's failures are its source batch's
-        failure = getattr(source, "_failure", None)
-        object.__setattr__(source, "_failure", None)
+        failure = getattr(self._batch, "_failure", None)  # a prefix's failures are its source batch's
+        object.__setattr__(self._batch, "_failure", None)
         return failure
 
     @property
@@ -333,9 +336,8 @@ class HostEnv(Env):
 
     def pool(self) -> EnvPool:
         """The pool, started if it is not up (a prefix's: its source batch's)."""
-        source = getattr(self, "_source", None)
-        if source is not None:
-            return source.pool()
+        if self._batch is not self:
+            return self._batch.pool()
         live = getattr(self, "_pool", None)
         if live is None or not live.alive:
             own = self.num_envs // jax.process_count()
@@ -348,17 +350,15 @@ class HostEnv(Env):
     def counters(self) -> dict[str, float]:
         """The pool's counts kept outside the program (``EnvPool.counters``), where it is up,
         and its fleet's (``EnvPool.fleet``) where prefixes of the batch are cut."""
-        source = getattr(self, "_source", self)
-        live = getattr(source, "_pool", None)
+        live = getattr(self._batch, "_pool", None)
         if live is None:
             return {}
-        return live.counters() | (live.fleet() if getattr(source, "_cut", False) else {})
+        return live.counters() | (live.fleet() if getattr(self._batch, "_cut", False) else {})
 
     def close(self) -> None:
         """Stop the pool (a later reset starts it again; a prefix's: its source batch's)."""
-        source = getattr(self, "_source", None)
-        if source is not None:
-            return source.close()
+        if self._batch is not self:
+            return self._batch.close()
         live = getattr(self, "_pool", None)
         if live is not None:
             live.close()
@@ -368,11 +368,10 @@ class HostEnv(Env):
         try:
             return request(self.pool())
         except EnvWorkerError as error:
-            source = getattr(self, "_source", self)  # where the run looks for it
-            _LIVE.discard(source)
+            _LIVE.discard(self._batch)  # the run looks for the failure there
             if jax.process_count() > 1:
                 _exit_every_process(error)
-            object.__setattr__(source, "_failure", error)
+            object.__setattr__(self._batch, "_failure", error)
             raise
 
     def _converted(self, step: HostStep) -> HostStep:

@@ -249,7 +249,6 @@ class WorkerPool(EnvPool):
         self.workers_per_group = num_workers // groups
         self._stepping = [self._group_workers(g) for g in range(groups)]  # each group's workers in its last send
 
-
     def held(self, worker: int) -> np.ndarray:
         """The ids of the environments ``worker`` steps."""
         group, first = divmod(worker, self.workers_per_group)

@@ -190,10 +190,10 @@ class RayPool(WorkerPool):
         self._row_seeds = np.zeros(num_envs, np.int64)  # each environment's seed at the last reset
         self.restarts = self.cut = self.regrown = self.launched = 0  # launched: actors started after the first ones
         self._held_seconds, self._since = 0.0, time.monotonic()  # worker-seconds held until _since
-        self._born = self._since
         self._idle_since: dict[int, float] = {}  # live workers that the last sends left out, since when
         for w in range(num_workers):
             self._start_worker(w)
+        self._held_seconds, self._born = 0.0, self._since  # the fleet's seconds count from its last first start
 
     @classmethod
     def check_options(cls, env_id: str, workers: int, options: dict[str, Any]) -> None:
@@ -279,7 +279,6 @@ class RayPool(WorkerPool):
             self._pending.pop(w, None)
             self._idle_since.pop(w, None)
             if self._actors[w] is None:  # released
-                self._account()
                 self._start_worker(w)
                 self.regrown += 1
         refs = {w: self._actors[w].reset.remote(self._row_seeds[self.held(w)]) for w in workers}
@@ -337,14 +336,10 @@ class RayPool(WorkerPool):
         """Kill every actor (and stop a local Ray this pool started)."""
         if not self.alive:
             return
-        ray = ray_module()
+        if ray_module().is_initialized():  # not at exit, after Ray's own shutdown: a call would start one
+            for w in range(self.num_workers):
+                self._release(w)
         self._account()
-        for actor in self._actors:
-            if actor is not None and ray.is_initialized():  # not at exit, after Ray's own shutdown: a call would start one
-                try:
-                    ray.kill(actor)
-                except Exception:  # gone already
-                    pass
         self._actors = [None] * self.num_workers
         self._pending.clear()
         disconnect()
@@ -352,6 +347,7 @@ class RayPool(WorkerPool):
     # -- workers -------------------------------------------------------------------
 
     def _start_worker(self, w: int) -> None:
+        self._account()
         self._actors[w] = self._remote.remote(self.target, self.per_worker, self._kwargs)
         self._nodes[w] = self._actors[w].node.remote()
         self._starting.add(w)
@@ -366,7 +362,6 @@ class RayPool(WorkerPool):
         """A new actor for worker ``w``, its environments reset with their seeds made new
         by the count of actors started after the first ones; the reference to its first
         observations."""
-        self._account()
         self._start_worker(w)
         self.launched += 1
         reseeded = np.array([np.random.SeedSequence([int(s), self.launched]).generate_state(1)[0] & 0x7FFFFFFF

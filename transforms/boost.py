@@ -377,9 +377,13 @@ class Boosted(Wrapper):
         """The cost of one round at each rung: its actor's and learner's device-seconds, and
         its environment workers (``Env.host_workers``) held through the round, at their prices."""
         seconds = jnp.asarray(self.round_seconds)
-        workers = jnp.asarray([env.host_workers for env in self.rung_envs], jnp.float32)
         return (self.actor_price * seconds[..., 0] + self.learner_price * (seconds[..., 1] + seconds[..., 2])
-                + self.worker_price * workers * seconds.sum(-1))
+                + self.worker_price * jnp.asarray(self.rung_workers, jnp.float32) * seconds.sum(-1))
+
+    @property
+    def rung_workers(self) -> tuple[int, ...]:
+        """Each rung's environment workers outside the program (``Env.host_workers``; 0 in it)."""
+        return tuple(env.host_workers for env in self.rung_envs)
 
     def rung(self, index: int, lr: jax.Array | float) -> Boostable:
         """The recipe at rung ``index`` with that rung's steps and minibatch count, its
@@ -436,8 +440,8 @@ class Boosted(Wrapper):
             signal = jnp.where(rung < len(self.ladder), self.probe(self.rung(0, lr), state.pool.params, sample, k_probe), 0)
         c = self.update(c, rung, signal, key)
         actors = jnp.append(jnp.asarray(self.ladder), 0)[rung]
-        workers = [env.host_workers for env in self.rung_envs]
-        fleet = {"env_workers": jnp.append(jnp.asarray(workers), 0)[rung]} if any(workers) else {}
+        fleet = ({"env_workers": jnp.append(jnp.asarray(self.rung_workers), 0)[rung]} if any(self.rung_workers)
+                 else {})
         lambda_min, lambda_max, true_norm, trace = signal
         probe = {"lambda_min": lambda_min, "lambda_max": lambda_max, "curvature_ratio": self.ratio(signal),
                  "noise_scale": jnp.where(true_norm > 0, trace / true_norm, 0.0)} if self.strategy in PROBING else {}
