@@ -58,6 +58,9 @@ BRAX_PPO = dict(num_minibatches=32, lr=3e-4, normalize_obs=True, anneal_lr=False
                 max_grad_norm=1e9, activation="swish", hidden=(32,) * 4, value_hidden=(256,) * 5,
                 action_dist="tanh-gaussian")
 EVAL_EPISODES = 32
+# how the table writes a row's result of each metric (the mean, then its interval), where not as a return
+RESULTS = {"episode_won": "win rate {:.2f} [{:.2f}, {:.2f}]", "eval_return": "{:.1f} [{:.1f}, {:.1f}] greedy",
+           "versus_random_lost": "lost {:.3f} [{:.3f}, {:.3f}] of the games against random moves"}
 CURVE_POINTS = 20  # of a row's own curve kept in its JSON
 
 
@@ -73,8 +76,9 @@ class Row:
     source: str
     seeds: int = 5
     accelerator: bool = False  # its budget is out of reach on the CPU
-    # what the table reports: the training episodes' return, SMAX's win rate (episode_won), or the return of
-    # EVAL_EPISODES greedy episodes played after every iteration (eval_return: the reference's measure)
+    # what the table reports: the training episodes' return, SMAX's win rate (episode_won), the return of
+    # EVAL_EPISODES greedy episodes played after every iteration (eval_return: the reference's measure), or in a game
+    # of two players the share of the games lost against random moves (versus_random_lost: AlphaZero's rows)
     metric: str = "episode_return"
 
     @property
@@ -155,6 +159,10 @@ ROWS = (
           ("PQNVDN", "smax-3m", "jaxmarl:SMAX_3m", "episode_won", "JaxMARL's paper: a curve only"),
           ("QMIX", "smax-3m", "jaxmarl:SMAX_3m", "episode_won",
            "JaxMARL's recurrent qmix_rnn.py at 1e6: not yet run to its end here (jaxmarl_smax.py --recipe qmix)"))),
+    # tic-tac-toe is a draw with perfect play: a player who plays it perfectly loses no game against any moves
+    Row("alphazero-tictactoe", "AlphaZero", "pgx:tic_tac_toe", dict(total_steps=400_000),
+        "0.000: perfect play loses no game (the game is a draw)", "the game's value; AlphaZero's claim is play that "
+        "approaches perfect play (Silver et al. 2018)", seeds=3, metric="versus_random_lost"),
     Row("ppo-atari-breakout", "PPO", "ale:Breakout",
         dict(num_envs=8, num_steps=128, num_minibatches=4, num_epochs=4, lr=2.5e-4, clip_eps=0.1,
              total_steps=10_000_000), "414.7 +- 28.1 (3 seeds, 1e7 steps = 4e7 frames)",
@@ -247,7 +255,8 @@ def interp(x: float, xs: list[float], ys: list[float]) -> float:
 
 def table() -> str:
     """The parity table, one line per row, from what ``run`` wrote."""
-    lines = ["| recipe | environment | steps | seeds | final return (SMAX: win rate), mean [95% CI] | reference | published in | "
+    lines = ["| recipe | environment | steps | seeds | final return (SMAX: win rate; a game: the share lost to random moves), "
+             "mean [95% CI] | reference | published in | "
              "steps/s (device) |", "|---|---|---|---|---|---|---|---|"]
     for row in ROWS:
         path = OUT / f"{row.name}.json"
@@ -255,9 +264,7 @@ def table() -> str:
             r = json.loads(path.read_text())
             steps = f"{r['env_steps']:,}" + (f" (of {row.steps:,})" if r["reduced"] else "")
             reference = row.reference + (reference_at(row, r["env_steps"]) if r["reduced"] else "")
-            result = (f"win rate {r['mean']:.2f} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]" if row.metric == "episode_won"
-                      else f"{r['mean']:.1f} [{r['ci'][0]:.1f}, {r['ci'][1]:.1f}]"
-                      + (" greedy" if row.metric == "eval_return" else ""))
+            result = RESULTS.get(row.metric, "{:.1f} [{:.1f}, {:.1f}]").format(r["mean"], *r["ci"])
             if not math.isfinite(r["mean"]):
                 result = "none: no episode ended within the steps run"
             speed = f"{r['steps_per_s']:,.0f} ({r['device']})"

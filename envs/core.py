@@ -137,7 +137,14 @@ class Capabilities:
     only where it takes action masks (``Recipe.takes_action_masks``). ``elastic``: a prefix
     of its batch steps alone (``Env.prefix``), the other environments waiting as they are,
     so that a transform may step fewer of them where it cannot slice their state
-    (boosting, on environments stepped outside the program).
+    (boosting, on environments stepped outside the program). ``deterministic``: a step
+    follows from the state and the action alone (its key seeds only the reset of an
+    episode that ended), so ``step`` is an exact model a planner may search with
+    (``alphazero``). ``alternating``: two players move in turn, one step each, in a
+    zero-sum game; the observation is the player to move's and a step's reward the
+    mover's, so the state after a step is worth to the mover the negative of what it is
+    worth to the opponent, who moves next; a recipe trains on it only where it takes
+    turns (``Recipe.takes_turns``: one network playing both sides).
     """
 
     traceable: bool = True
@@ -145,6 +152,8 @@ class Capabilities:
     renders: bool = False
     masks_actions: bool = False
     elastic: bool = False
+    deterministic: bool = False
+    alternating: bool = False
 
 
 # act(obs, key) -> (action to record, action to send to the environment, anything else to keep per step)
@@ -166,6 +175,15 @@ class Acting(NamedTuple):
     def without_memory(cls, act: Callable[[jax.Array, jax.Array], jax.Array]) -> Acting:
         """``act(obs, key) -> actions``, carrying no memory."""
         return cls(lambda n: (), lambda obs, memory, key: (act(obs, key), memory))
+
+
+def episodes_ended(ts: TimeStep) -> Ended:
+    """The episodes that ended at the step of ``ts``, read from ``EpisodeStatistics``'s
+    info: an environment's own ``info["episode_done"]`` where it has one, and its other
+    ``episode_*`` entries as ``Ended.stats``."""
+    info = ts.info
+    stats = {k: v for k, v in info.items() if k.startswith("episode_") and k not in EPISODE_KEYS}
+    return Ended(info.get("episode_done", ts.done), info["episode_return"], info["episode_length"], stats)
 
 
 def forget(memory: PyTree, done: jax.Array) -> PyTree:
@@ -253,9 +271,7 @@ class Env:
                 num_steps: int) -> tuple[Steps, PyTree, PyTree, jax.Array, Ended]:
         """``num_steps`` steps of this batch from ``(state, obs)``, each action chosen by
         ``act``: the ``Steps``, ``act``'s extras stacked, the state and observation after
-        the last step, and the episodes that ended (from ``EpisodeStatistics``'s info: an
-        environment's own ``info["episode_done"]`` where it has one, and its other
-        ``episode_*`` entries as ``Ended.stats``).
+        the last step, and the episodes that ended (``episodes_ended``).
         ``recurrent_rollout`` without a memory; an environment outside XLA schedules
         its steps its own way (``HostEnv``)."""
 
@@ -278,10 +294,7 @@ class Env:
             action, env_action, extra, memory = act(obs, memory, k_act)
             state, ts = self.step(k_env, state, env_action)
             step = Steps(obs, action, ts.reward, ts.terminated, ts.truncated, ts.final_obs)
-            info = ts.info
-            stats = {k: v for k, v in info.items() if k.startswith("episode_") and k not in EPISODE_KEYS}
-            ended = Ended(info.get("episode_done", ts.done), info["episode_return"], info["episode_length"], stats)
-            return (state, ts.obs, forget(memory, ts.done), key), (step, extra, ended)
+            return (state, ts.obs, forget(memory, ts.done), key), (step, extra, episodes_ended(ts))
 
         (state, obs, memory, _), (steps, extras, ended) = jax.lax.scan(one_step, (state, obs, memory, key), None,
                                                                       num_steps)

@@ -14,6 +14,7 @@ import importlib.metadata
 
 from jaxrl_frag.plugins import declared, named
 from jaxrl_frag.recipes.a2c import A2C
+from jaxrl_frag.recipes.alphazero import AlphaZero
 from jaxrl_frag.recipes.dqn import DQN
 from jaxrl_frag.recipes.impala import IMPALA
 from jaxrl_frag.recipes.multi_agent import IPPO, MAPPO, PQNVDN
@@ -25,7 +26,8 @@ from jaxrl_frag.recipes.sac import SAC
 from jaxrl_frag.recipes.td3 import TD3
 
 RECIPES = {"ppo": PPO, "a2c": A2C, "impala": IMPALA, "dqn": DQN, "qrdqn": QRDQN, "pqn": PQN, "sac": SAC, "td3": TD3,
-           "ippo": IPPO, "mappo": MAPPO, "pqn-vdn": PQNVDN, "qmix": QMIX}
+           "ippo": IPPO, "mappo": MAPPO, "pqn-vdn": PQNVDN, "qmix": QMIX,
+           "alphazero": AlphaZero}
 PLUGIN_GROUP = "jaxrl_frag.recipes"
 
 
@@ -55,5 +57,5 @@ def get(name: str) -> type:
                  "an algorithm dataclass with create(env_id, **settings)")
 
 
-__all__ = ["A2C", "DQN", "IMPALA", "IPPO", "MAPPO", "PPO", "PQN", "PQNVDN", "QMIX", "QRDQN", "RECIPES", "SAC", "TD3", "get",
-           "names", "plugins"]
+__all__ = ["A2C", "DQN", "IMPALA", "IPPO", "MAPPO", "PPO", "PQN", "PQNVDN", "QMIX", "QRDQN", "RECIPES", "SAC", "TD3",
+           "AlphaZero", "get", "names", "plugins"]

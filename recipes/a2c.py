@@ -15,11 +15,11 @@ from flax import struct
 
 from jaxrl_frag import primitives
 from jaxrl_frag.algorithms import hyperparameter, static_field
-from jaxrl_frag.bounds import divisors
 from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes.actor_critic import ActorCriticRecipe, Transition
+from jaxrl_frag.recipes.epochs import check_minibatches
 from jaxrl_frag.recipes.memory import Recurrence
 
 PyTree = Any
@@ -42,9 +42,7 @@ class A2C(ActorCriticRecipe):
     @classmethod
     def validate(cls, s: dict[str, Any]) -> None:
         super().validate(s)
-        batch = s["num_envs"] * s["num_steps"]
-        check(batch % s["num_minibatches"] == 0, "num_minibatches", s["num_minibatches"],
-              lambda: f"must divide the batch num_envs * num_steps = {batch}; choose one of {divisors(batch, 16)}")
+        check_minibatches(s)
         check(0 <= s["gae_lambda"] <= 1, "gae_lambda", s["gae_lambda"], "must lie in [0, 1]")
 
     @fragment("learner", batched={"traj": 1, "last_obs": 0}, outputs=("params", "opt_state", "losses"))

@@ -35,6 +35,7 @@ from jaxrl_frag.recipes.networks import (
     Gaussian,
     RecurrentActorCritic,
     TanhGaussian,
+    check_torso,
     squash,
 )
 from jaxrl_frag.recipes.recipe import PolicyFn, Recipe, check_widths
@@ -136,8 +137,7 @@ class ActorCriticRecipe(Recipe):
         env = envs.make(env_id, num_envs=settings["num_envs"], normalize_obs=settings["normalize_obs"],
                         scale_reward=settings["scale_reward"], gamma=settings["gamma"], **cls.host_options(env_id, settings))
         shape, torso = env.observation_space.shape, settings["torso"]
-        check(torso not in ("cnn", "atari") or len(shape) == 3, "torso", torso,
-              f"needs image observations (H, W, C); {env_id} observes shape {shape}: choose mlp or auto")
+        check_torso(env_id, shape, torso)
         check(torso != "atari" or min(shape[:2]) >= ATARI_PIXELS, "torso", torso,
               f"needs images of at least {ATARI_PIXELS}x{ATARI_PIXELS}; {env_id} observes {shape}: choose cnn or auto")
         check(settings["action_dist"] == "gaussian" or isinstance(env.action_space, envs.Box), "action_dist",

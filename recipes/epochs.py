@@ -1,6 +1,7 @@
 """``minibatch_epochs``: the learner loop of the on-policy recipes, passes over a batch
-in shuffled minibatches with one optimizer update apiece; ``updates_done``: how many
-updates an optimizer state has seen (what learning-rate schedules read)."""
+in shuffled minibatches with one optimizer update apiece; ``check_minibatches``: the
+refusal of minibatches that do not divide an iteration's batch; ``updates_done``: how
+many updates an optimizer state has seen (what learning-rate schedules read)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import jax.numpy as jnp
 import optax
 
 from jaxrl_frag import primitives
+from jaxrl_frag.bounds import divisors
+from jaxrl_frag.errors import check
 from jaxrl_frag.metrics import Metrics
 
 PyTree = Any
@@ -50,6 +53,15 @@ def minibatch_epochs(loss: Loss, optimizer: optax.GradientTransformation, params
 
     (params, opt_state), metrics = jax.lax.scan(epoch, (params, opt_state), keys)
     return params, opt_state, jax.tree.map(jnp.mean, metrics)
+
+
+def check_minibatches(s: dict[str, Any]) -> None:
+    """Refuse settings ``s`` whose ``num_minibatches`` does not divide the batch of
+    ``num_envs * num_steps`` steps, naming the divisors that do."""
+    batch = s["num_envs"] * s["num_steps"]
+    check(batch % s["num_minibatches"] == 0, "num_minibatches", s["num_minibatches"],
+          lambda: f"must divide the batch num_envs * num_steps = {s['num_envs']} * {s['num_steps']} = {batch}; "
+                  f"choose one of {divisors(batch, 16)}")
 
 
 def updates_done(opt_state: PyTree) -> jax.Array:

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_frag.envs.core import AgentObs, MaskedObs, PyTree, forget, unmasked
+from jaxrl_frag.errors import check
 
 
 class Categorical(NamedTuple):
@@ -154,6 +155,16 @@ def uniform_allowed(key: jax.Array, q: jax.Array) -> jax.Array:
 def masked(logits: jax.Array, mask: jax.Array | None) -> jax.Array:
     """``logits`` with the actions outside ``mask`` (true where allowed) at ``MASKED_LOGIT``; as they are without one."""
     return logits if mask is None else jnp.where(mask, logits, MASKED_LOGIT)
+CONVOLUTIONAL = ("cnn", "atari")  # the torsos that read images (H, W, C)
+
+
+def check_torso(env_id: str, shape: tuple[int, ...], torso: str, others: str = "mlp or auto") -> None:
+    """Refuse the setting ``torso`` where it is convolutional and ``env_id``'s observations
+    (of ``shape``) are not images, naming the ``others`` to choose."""
+    check(torso not in CONVOLUTIONAL or len(shape) == 3, "torso", torso,
+          f"needs image observations (H, W, C); {env_id} observes shape {shape}: choose {others}")
+
+
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": jnp.tanh, "relu": nn.relu, "swish": nn.swish}
 
 

@@ -23,6 +23,7 @@ from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes.actor_critic import ActorCriticRecipe, Transition
+from jaxrl_frag.recipes.epochs import check_minibatches
 from jaxrl_frag.recipes.memory import Recurrence
 
 PyTree = Any
@@ -66,10 +67,7 @@ class PPO(ActorCriticRecipe):
     @classmethod
     def validate(cls, s: dict[str, Any]) -> None:
         super().validate(s)
-        batch = s["num_envs"] * s["num_steps"]
-        check(batch % s["num_minibatches"] == 0, "num_minibatches", s["num_minibatches"],
-              lambda: f"must divide the batch num_envs * num_steps = {s['num_envs']} * {s['num_steps']} = {batch}; "
-                      f"choose one of {divisors(batch, 16)}")
+        check_minibatches(s)
         check(s["clip_eps"] > 0, "clip_eps", s["clip_eps"], "must be positive")
         check(0 <= s["gae_lambda"] <= 1, "gae_lambda", s["gae_lambda"], "must lie in [0, 1]")
         check(is_whole(s["unroll_length"]) and s["unroll_length"] >= 0

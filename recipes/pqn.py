@@ -25,15 +25,14 @@ from flax import struct
 
 from jaxrl_frag import envs, primitives
 from jaxrl_frag.algorithms import hyperparameter, static_field
-from jaxrl_frag.bounds import divisors
 from jaxrl_frag.envs.core import unmasked
 from jaxrl_frag.errors import check
 from jaxrl_frag.fragments import fragment
 from jaxrl_frag.metrics import Metrics
 from jaxrl_frag.recipes.advantages import q_lambda
-from jaxrl_frag.recipes.epochs import minibatch_epochs, updates_done
+from jaxrl_frag.recipes.epochs import check_minibatches, minibatch_epochs, updates_done
 from jaxrl_frag.recipes.memory import Recurrence, check_memory, check_memory_env, recurrence
-from jaxrl_frag.recipes.networks import LayerNormQ, RecurrentQ, allowed_values, uniform_allowed
+from jaxrl_frag.recipes.networks import LayerNormQ, RecurrentQ, allowed_values, check_torso, uniform_allowed
 from jaxrl_frag.recipes.off_policy import EXPLORATION, check_exploration, linear
 from jaxrl_frag.recipes.recipe import PolicyFn, Recipe
 from jaxrl_frag.recipes.rollout import collect_with_memory
@@ -113,10 +112,7 @@ class PQN(Recipe):
     @classmethod
     def validate(cls, s: dict[str, Any]) -> None:
         super().validate(s)
-        batch = s["num_envs"] * s["num_steps"]
-        check(batch % s["num_minibatches"] == 0, "num_minibatches", s["num_minibatches"],
-              lambda: f"must divide the batch num_envs * num_steps = {s['num_envs']} * {s['num_steps']} = {batch}; "
-                      f"choose one of {divisors(batch, 16)}")
+        check_minibatches(s)
         check(s["torso"] in TORSOS, "torso", s["torso"], f"choose one of {', '.join(TORSOS)} (auto: cnn for images)")
         check(0 <= s["q_lambda"] <= 1, "q_lambda", s["q_lambda"], "must lie in [0, 1]")
         check_exploration(s)
@@ -127,9 +123,7 @@ class PQN(Recipe):
     @classmethod
     def make_env(cls, env_id: str, settings: dict[str, Any]) -> envs.Env:
         env = super().make_env(env_id, settings)
-        shape = env.observation_space.shape
-        check(settings["torso"] != "cnn" or len(shape) == 3, "torso", settings["torso"],
-              f"needs image observations (H, W, C); {env_id} observes shape {shape}: choose mlp or auto")
+        check_torso(env_id, env.observation_space.shape, settings["torso"])
         check_memory_env(env_id, env, settings["memory"], settings["torso"])
         return env
 

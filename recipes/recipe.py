@@ -76,6 +76,7 @@ class Recipe(Algorithm):
     action_spaces: ClassVar[tuple[type, ...]] = (envs.Discrete, envs.Box)  # the kinds of action space it acts in
     multi_agent: ClassVar[bool] = False  # whether it acts for agents on an axis (AgentObs), or for one
     takes_action_masks: ClassVar[bool] = False  # whether it acts only on the allowed actions of a MaskedObs
+    takes_turns: ClassVar[bool] = False  # whether it learns both sides of a game whose players alternate (self-play)
 
     # the settings that must be positive integers, those that must be finite numbers, and those positive
     counts: ClassVar[tuple[str, ...]] = ("num_envs", "num_steps", "total_steps", "env_groups")
@@ -108,7 +109,8 @@ class Recipe(Algorithm):
     def check_env(cls, env: envs.Env) -> None:
         """Raise ``ConfigError`` if ``env``'s action space is of a kind this recipe cannot act
         in, ``env`` has agents on an axis and the recipe acts for one agent (or the reverse),
-        or ``env`` masks its actions and the recipe takes no masks."""
+        ``env`` masks its actions and the recipe takes no masks, or ``env``'s players
+        alternate and the recipe does not take turns."""
         agents = env.num_agents
         if (agents is not None) != cls.multi_agent:
             why = (f"is a multi-agent environment ({agents} agents); {cls.__name__} acts for one agent: choose a "
@@ -119,6 +121,10 @@ class Recipe(Algorithm):
         check(not env.capabilities.masks_actions or cls.takes_action_masks, "env", env.name,
               f"masks its actions (those allowed change from step to step); {cls.__name__} takes no action masks: "
               "choose a recipe that does (ppo, a2c, impala, dqn, qrdqn, pqn)")
+        check(not env.capabilities.alternating or cls.takes_turns, "env", env.name,
+              f"is a game of two players who move in turn, each step's reward the mover's and the next state the "
+              f"opponent's to move; {cls.__name__} learns for one player whose states follow one another: choose a "
+              "recipe that plays both sides (alphazero)")
         space = env.action_space
         if not isinstance(space, cls.action_spaces):
             kinds = {envs.Discrete: "discrete", envs.Box: "continuous"}

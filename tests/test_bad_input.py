@@ -133,6 +133,16 @@ CASES = [
     (["train", "pqn", "--env", "CartPole-v1", "--q-lambda", "1.5"], ["q_lambda=1.5", "[0, 1]"]),
     (["train", "pqn", "--env", "CartPole-v1", "--num-minibatches", "7"], ["num_minibatches=7", "choose one of"]),
     (["train", "pqn", "--env", "CartPole-v1", "--torso", "cnn"], ["torso='cnn'", "needs image observations"]),
+    # games whose players alternate, and the planner that needs a model
+    (["train", "dqn", "--env", "pgx:connect_four"], ["env='pgx:connect_four'", "two players who move in turn",
+                                                     "DQN learns for one player", "(alphazero)"]),
+    (["train", "alphazero", "--env", "CartPole-v1"], ["env='CartPole-v1'", "not a model AlphaZero can search with",
+                                                      "pgx:tic_tac_toe"]),
+    (["train", "alphazero", "--env", "pgx:backgammon"], ["env='pgx:backgammon'", "draws its dice by chance",
+                                                         "perfect information without chance"]),
+    (["train", "alphazero", "--env", "pgx:tic_tac_toe", "--gumbel-scale", "-1"], ["gumbel_scale=-1", "0 or more"]),
+    (["train", "alphazero", "--env", "pgx:tic_tac_toe", "--num-simulations", "0"], ["num_simulations=0", "positive"]),
+    (["train", "alphazero", "--env", "pgx:tic_tac_toe", "--torso", "atari"], ["torso='atari'", "mlp, cnn"]),
     # recurrent policies and partially observed environments
     ([*DQN, "--memory", "gru"], ["unrecognized arguments: --memory", "--memory is a setting of ppo, a2c, impala",
                                  "not of dqn"]),

@@ -1,6 +1,7 @@
 """The environment families that come in through the environment seam, each one file in
 ``envs/`` and one entry point: Craftax (``craftax:``), Navix (``navix:``), XLand-MiniGrid
-(``xminigrid:``) and Jumanji (``jumanji:``, its action masks beside the observations). Each
+(``xminigrid:``), Jumanji (``jumanji:``, its action masks beside the observations) and Pgx
+(``pgx:``, listed and imported lazily here; its games are ``test_alphazero.py``'s). Each
 is listed, refuses bad ids before anything is traced, steps under jit and vmap, keeps
 terminations and truncations apart, learns past random play, and draws a video where it
 renders. Their rows under the distribution policies are ``test_matrix.py``'s."""
@@ -25,15 +26,17 @@ CLASSIC, FULL = "craftax:Craftax-Classic-Symbolic-v1", "craftax:Craftax-Symbolic
 EMPTY = "navix:Navix-Empty-5x5-v0"
 XEMPTY = "xminigrid:MiniGrid-Empty-5x5"
 KNAPSACK = "jumanji:Knapsack-v1"
+GAME = "pgx:tic_tac_toe"  # the games themselves are test_alphazero.py's
 
 
 @pytest.mark.slow  # a process of its own: nothing imported yet
 def test_families_are_listed_lazily_and_bad_ids_exit_2_naming_the_ids(capsys: pytest.CaptureFixture[str]) -> None:
     # importing jaxrl_frag and listing the ids imports neither package; one that is missing is named with its install
     code = ("import sys; from jaxrl_frag import ConfigError, envs; envs.available()\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('craftax', 'navix', 'xminigrid', 'jumanji')))\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('craftax', 'navix', 'xminigrid', 'jumanji', 'pgx')))\n"
             "sys.modules['craftax'] = sys.modules['navix'] = sys.modules['xminigrid'] = sys.modules['jumanji'] = None\n"
-            f"for name in ({CLASSIC!r}, {EMPTY!r}, {XEMPTY!r}, {KNAPSACK!r}):\n"
+            "sys.modules['pgx'] = None\n"
+            f"for name in ({CLASSIC!r}, {EMPTY!r}, {XEMPTY!r}, {KNAPSACK!r}, {GAME!r}):\n"
             "    try:\n"
             "        envs.make(name)\n"
             "    except ConfigError as error:\n"
@@ -44,10 +47,11 @@ def test_families_are_listed_lazily_and_bad_ids_exit_2_naming_the_ids(capsys: py
                    f"env='{EMPTY}': needs the navix package, which is not installed: pip install 'jaxrl-frag[navix]'",
                    f"env='{XEMPTY}': needs the xminigrid package, which is not installed: "
                    "pip install 'jaxrl-frag[xminigrid]'",
-                   f"env='{KNAPSACK}': needs the jumanji package, which is not installed: pip install 'jaxrl-frag[jumanji]'"]
+                   f"env='{KNAPSACK}': needs the jumanji package, which is not installed: pip install 'jaxrl-frag[jumanji]'",
+                   f"env='{GAME}': needs the pgx package, which is not installed: pip install 'jaxrl-frag[pgx]'"]
     assert main(["envs"]) == 0
     listed = capsys.readouterr().out
-    assert all(f"{family}:<id>" in listed for family in ("craftax", "navix", "xminigrid", "jumanji")), listed
+    assert all(f"{family}:<id>" in listed for family in ("craftax", "navix", "xminigrid", "jumanji", "pgx")), listed
     for bad, names in (("craftax:Craftax-Classic-v1", CLASSIC), ("navix:Navix-Empty-5x5", EMPTY),
                        ("xminigrid:MiniGrid-Empty-5x6", XEMPTY), ("jumanji:Knapsack-v2", KNAPSACK)):
         assert main(["train", "ppo", "--env", bad]) == 2

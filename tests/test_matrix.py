@@ -55,6 +55,8 @@ SMALL = {
     "ppo-xminigrid": ("xminigrid:MiniGrid-Empty-5x5", ON_POLICY),
     # observations with the actions allowed beside them (MaskedObs), the policy's probabilities masked
     "ppo-jumanji": ("jumanji:Knapsack-v1", ON_POLICY),
+    # a search that steps the environments' states as its model, and games against random moves in a while_loop
+    "alphazero": ("pgx:tic_tac_toe", {**ON_POLICY, "num_simulations": 4, "hidden": (32,)}),
 }
 # rows that are a recipe with other settings, and the recipe
 VARIANT_OF = {"ppo-gru": "ppo", "mappo-gru": "mappo", "pqn-gru": "pqn", "ippo-continuous": "ippo", "ppo-navix": "ppo",
