@@ -12,12 +12,13 @@ Each step is one player's move. The observation is a ``MaskedObs``: Pgx's observ
 of the player to move (a board of feature planes, float32) and the moves legal now. A
 step's reward is the mover's (Pgx's ``rewards[current_player]``: 1 for a win, -1 for a
 loss, 0 otherwise), and an episode ends in a termination where the game ends (in a
-truncation where Pgx cuts it). So the environment declares ``Capabilities.alternating``:
+truncation where Pgx cuts one, which none of these games does: each ends at its move
+limit as a termination). So the environment declares ``Capabilities.alternating``:
 the state after a move is the opponent's to move, worth to the mover the negative of its
 worth to the opponent; only a recipe that takes turns trains on it (``alphazero``). Its
 ``step`` is an exact model (``Capabilities.deterministic``): a planner searches with it.
-In self-play an episode's return is the last mover's reward: 1 for a decided game, 0
-for a draw (it falls to 0 as both sides play perfectly, at tic-tac-toe).
+In self-play an episode's return is the last mover's result: 1 or -1 for a decided game
+(an Othello or Go game can end on a move that loses it), 0 for a draw.
 
 The family reaches ``envs.make`` through this package's entry point (group
 ``jaxrl_frag.envs``, name ``pgx:``); the ``pgx`` package is an optional extra (``pip
@@ -27,6 +28,7 @@ install 'jaxrl-frag[pgx]'``), imported only when one of its games is made.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -94,13 +96,13 @@ class PgxEnv(Env):
     def capabilities(self) -> Capabilities:
         return Capabilities(masks_actions=True, deterministic=True, alternating=True)
 
-    @property
+    @functools.cached_property
     def observation_space(self) -> Box:
         """Pgx's observation of the player to move, its planes in [0, 1] (booleans as 0 and 1)."""
         shape = tuple(self.env.observation_shape)
         return Box((0.0,) * int(np.prod(shape)), (1.0,) * int(np.prod(shape)), shape)
 
-    @property
+    @functools.cached_property
     def action_space(self) -> Discrete:
         return Discrete(int(self.env.num_actions))
 

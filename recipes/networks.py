@@ -155,6 +155,8 @@ def uniform_allowed(key: jax.Array, q: jax.Array) -> jax.Array:
 def masked(logits: jax.Array, mask: jax.Array | None) -> jax.Array:
     """``logits`` with the actions outside ``mask`` (true where allowed) at ``MASKED_LOGIT``; as they are without one."""
     return logits if mask is None else jnp.where(mask, logits, MASKED_LOGIT)
+
+
 CONVOLUTIONAL = ("cnn", "atari")  # the torsos that read images (H, W, C)
 
 

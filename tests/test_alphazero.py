@@ -44,8 +44,8 @@ def test_a_game_alternates_its_movers_and_pays_the_mover() -> None:
     rewards = [float(play(env, X_WINS[:n])[1].reward) for n in range(1, 6)]
     assert rewards == [0.0, 0.0, 0.0, 0.0, 1.0]  # the mover who completes the row is paid, the others nothing
     _, ts, obs = play(env, X_WINS)
-    assert bool(ts.terminated) and not bool(ts.truncated) and bool(obs.action_mask.all())  # a new game
-    assert ts.final_obs.obs.sum() == 5  # the board that ended it, kept
+    assert bool(ts.terminated) and not bool(ts.truncated) and not obs.obs.any() and bool(obs.action_mask.all())
+    assert ts.final_obs.obs.sum() == 5  # a new game's empty board, and the board that ended the last one, kept
     # O completing its row on move 6 is paid as the mover too: X's row was never finished
     _, ts, _ = play(env, (0, 3, 1, 4, 8, 5))
     assert float(ts.reward) == 1.0 and bool(ts.terminated)
@@ -64,6 +64,21 @@ def test_games_and_recipes_that_cannot_meet_are_refused_with_the_reason() -> Non
         jf.recipes.PPO.create(GAME)
     with pytest.raises(ConfigError, match="not a model AlphaZero can search with"):
         AlphaZero.create("CartPole-v1")
+
+
+def test_a_games_returns_alternate_in_sign_between_the_movers() -> None:
+    """AlphaZero's value targets are ``gae`` at lambda 1 with the discount negated: X's winning
+    game (``X_WINS``), paid on its last move, is worth 1 to X at each of X's moves and -1 to O at
+    each of O's; cut by the rollout after O's second move, each target bootstraps from the
+    value of the board X then moves on, negated at every move back."""
+    from jaxrl_frag.recipes.advantages import gae
+
+    rewards, ended = jnp.array([[0.0], [0.0], [0.0], [0.0], [1.0]]), jnp.array([[0], [0], [0], [0], [1]], bool)
+    _, targets = gae(rewards, jnp.zeros((5, 1)), ended, jnp.zeros((5, 1), bool), jnp.zeros((5, 1)), jnp.zeros(1), -1.0,
+                     1.0)
+    np.testing.assert_array_equal(targets[:, 0], [1, -1, 1, -1, 1])
+    _, cut = gae(rewards[:4], jnp.zeros((4, 1)), ended[:4], ended[:4], jnp.zeros((4, 1)), jnp.full(1, 0.5), -1.0, 1.0)
+    np.testing.assert_array_equal(cut[:, 0], [0.5, -0.5, 0.5, -0.5])
 
 
 WIN, BLOCK = (0, 3, 1, 4), (0, 4, 8, 1)  # X to move: completes its row at 2; must block O's column at 7
