@@ -141,20 +141,20 @@ def greedy_lines(algo: AlphaZero, state: object) -> tuple[tuple[int, int], tuple
 
 @pytest.mark.learning
 def test_alphazero_learns_to_beat_random_moves_at_tic_tac_toe() -> None:
-    """The network's greedy moves alone, no search, against uniformly random ones, at 2e5 moves:
-    seeds 0-2 score 0.88-0.89 in their last two rows (a result of 1 a win, -1 a loss), and against
-    every sequence of the opponent's moves, first and second, lose 2 of 790, 24 of 777 and 3 of
-    701 games (in a process of their own; in the suite's, its 8 CPU devices forced, seed 0 loses 15
-    of 705). The same run with a learning rate of 1e-12 scores 0.03 and 0.15 and loses 591 of
-    1,036 games."""
-    algo = AlphaZero.create(GAME, total_steps=200_000)
+    """The network's greedy moves alone, no search, against uniformly random ones, at 1e5 moves
+    (a quarter of the defaults' budget): seeds 0-2 score 0.72, 0.66 and 0.81 in their last two
+    rows (a result of 1 a win, -1 a loss; at 2e5 moves 0.88-0.89), and against every sequence of
+    the opponent's moves, first and second, lose 12%, 9% and 6% of the games (at 2e5 moves 0.3%,
+    3% and 0.4%). The same run at 2e5 moves with a learning rate of 1e-12 scores 0.03 and 0.15
+    and loses 57% (591 of 1,036)."""
+    algo = AlphaZero.create(GAME, total_steps=100_000)
     program = jf.compile(algo, chunk_iterations=algo.num_iterations // 10)
     history = program.run(jax.random.PRNGKey(0))
     outcome = np.asarray(history["versus_random_outcome"])
-    assert outcome[-2:].mean() >= 0.75, outcome
+    assert outcome[-2:].mean() >= 0.5, outcome
     (games_first, lost_first), (games_second, lost_second) = greedy_lines(algo, program.algorithm_state(history.state))
-    assert lost_first + lost_second <= 0.05 * (games_first + games_second), (games_first, lost_first, games_second,
-                                                                              lost_second)
+    assert lost_first + lost_second <= 0.2 * (games_first + games_second), (games_first, lost_first, games_second,
+                                                                             lost_second)
 
 
 @pytest.mark.learning

@@ -76,9 +76,11 @@ LONG = {"ppo-craftax"}  # Craftax's game takes minutes to compile on 2 cores, on
 # its state over the devices and claims SingleDevice's result, the other environment families' under the exact
 # policies, each of which moves the environments' state its own way (sharded over the devices, vmapped into a
 # population, placed on the actor devices); an inexact policy places them as its exact sibling does and differs in
-# the learner's arithmetic, which the recipe's own row holds under it
+# the learner's arithmetic, which the recipe's own row holds under it; and AlphaZero's under the exact policies, its
+# search in the actor, its learner PPO's loop of shuffled minibatches (minibatch_epochs), which PPO's row holds under
+# the inexact ones
 UNDER = {"ppo-craftax": ("data-parallel-exact",), **{row: tuple(EXACT) for row in ("ppo-navix", "ppo-xminigrid",
-                                                                                    "ppo-jumanji")}}
+                                                                                    "ppo-jumanji", "alphazero")}}
 
 
 def test_the_matrix_covers_every_recipe() -> None:
