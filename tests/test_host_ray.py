@@ -225,6 +225,7 @@ def test_without_ray_the_backend_is_refused_with_the_install_command(tmp_path: P
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.long  # two Ray clusters started: half a minute on 2 cores
 def test_a_local_ray_starts_where_tmpdir_is_too_deep_for_its_sockets(tmp_path: Path) -> None:
     """Without an address the run starts its own Ray, whose socket paths live under
     ``$TMPDIR``: a ``$TMPDIR`` deeper than a Unix socket's path allows (as under

@@ -106,14 +106,24 @@ def reference(recipe: str) -> list[np.ndarray]:
 
 # make test-fast's rows: one recipe for each kind of training state a policy splits, places or vmaps (an on-policy
 # rollout and its minibatches, a prioritized n-step replay buffer, a team's stacked agents); make test runs every row
+# under the exact policies
 FAST = {"ppo", "dqn", "mappo"}
+# make test's rows under the inexact policies, which differ from their exact siblings in the learner's arithmetic
+# (minibatches shuffled on each device, replay sampled on each device; the actors a step behind, their transfers in
+# bfloat16): FAST's, and one more row of each kind of state that arithmetic reads (a recurrent memory replayed in
+# whole sequences, a continuous action's replay, a team's replay mixed at the global state); make test-long runs
+# the other rows under them
+INEXACT_IN_TEST = FAST | {"ppo-gru", "sac", "qmix"}
 
 
-def cases(policies: dict[str, object]) -> list[object]:
+def cases(policies: dict[str, object], in_test: set[str] | None = None) -> list[object]:
     """Each row of ``SMALL`` under each of ``policies`` (of those ``UNDER`` names for it), marked for the target
-    that runs it: ``FAST``'s rows in every target, Craftax's in make test-long, the others in make test."""
-    return [(recipe, policy) if recipe in FAST
-            else pytest.param(recipe, policy, marks=pytest.mark.long if recipe in LONG else pytest.mark.slow)
+    that runs it: ``FAST``'s rows in every target, Craftax's and those outside ``in_test`` (where given) in make
+    test-long, the others in make test."""
+    def marks(recipe: str) -> pytest.MarkDecorator:
+        return pytest.mark.long if recipe in LONG or (in_test is not None and recipe not in in_test) else pytest.mark.slow
+
+    return [(recipe, policy) if recipe in FAST else pytest.param(recipe, policy, marks=marks(recipe))
             for recipe in SMALL for policy in policies if policy in UNDER.get(recipe, policies)]
 
 
@@ -130,8 +140,8 @@ def test_an_exact_policy_equals_single_device(recipe: str, policy: str) -> None:
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.slow  # no equality to check, a program each: make test runs them
-@pytest.mark.parametrize("recipe, policy", cases(INEXACT))
+@pytest.mark.slow  # no equality to check, a program each: make test runs INEXACT_IN_TEST's
+@pytest.mark.parametrize("recipe, policy", cases(INEXACT, INEXACT_IN_TEST))
 def test_an_inexact_policy_runs(recipe: str, policy: str) -> None:
     state, history = run(make(recipe), INEXACT[policy]())
     assert history.final["iteration"] == 4

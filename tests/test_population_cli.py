@@ -83,7 +83,8 @@ def solo(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], list[dict[
     return rows
 
 
-@pytest.mark.parametrize(("seeds", "devices"), [(4, 2), (8, 4)])
+# two members a device, on 2 devices (make test) and on 4 (make test-long: the same split, four processes' worth)
+@pytest.mark.parametrize(("seeds", "devices"), [(4, 2), pytest.param(8, 4, marks=pytest.mark.long)])
 def test_more_members_than_devices_finish_each_member_its_solo_run(
         tmp_path: Path, solo: Callable[[int], list[dict[str, float]]], seeds: int, devices: int) -> None:
     population = tmp_path / "population"
