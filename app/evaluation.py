@@ -24,7 +24,7 @@ from jaxrl_frag.bounds import check_count
 from jaxrl_frag.envs import Acting
 from jaxrl_frag.errors import check
 from jaxrl_frag.recipes.recipe import PolicyFn, Recipe
-from jaxrl_frag.transforms.evaluated import ENVS_MAX, EPISODES_MAX, STEPS_MAX, first, layout, play
+from jaxrl_frag.transforms.evaluated import ENVS_MAX, EPISODES_MAX, STEPS_MAX, evaluation_env, first, layout, play
 
 PyTree = Any
 
@@ -38,6 +38,11 @@ class Trained:
     state: PyTree
     iteration: int
     member: int | None
+
+    @property
+    def evaluation_env(self) -> str:
+        """The id of the environment that ``evaluate`` plays (``transforms.evaluated.evaluation_env``)."""
+        return evaluation_env(self.recipe.env)
 
     def acting(self, greedy: bool) -> Acting:
         """``Recipe.acting`` of the state."""
@@ -113,7 +118,8 @@ def check_episodes(episodes: int) -> None:
 
 
 def evaluate(trained: Trained, episodes: int, greedy: bool = True, seed: int = 0) -> Episodes:
-    """``episodes`` complete episodes of ``trained``'s policy on fresh environments, in one
+    """``episodes`` complete episodes of ``trained``'s policy on fresh environments
+    (``Trained.evaluation_env``: a game of two players against random moves), in one
     compiled program.
 
     Up to ``ENVS_MAX`` environments step at once, each for its first ``k`` episodes
@@ -139,7 +145,7 @@ def evaluate(trained: Trained, episodes: int, greedy: bool = True, seed: int = 0
 
     check_episodes(episodes)
     num_envs, each = layout(episodes, ENVS_MAX)
-    env = envs.make(trained.recipe.env.name, num_envs=num_envs)
+    env = envs.make(trained.evaluation_env, num_envs=num_envs)
     acting = trained.acting(greedy)
 
     def kept(key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:

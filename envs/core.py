@@ -177,6 +177,11 @@ class Acting(NamedTuple):
         return cls(lambda n: (), lambda obs, memory, key: (act(obs, key), memory))
 
 
+def random_legal(key: jax.Array, legal: jax.Array) -> jax.Array:
+    """An action ``[...]`` drawn uniformly from those that ``legal`` ``[..., actions]`` allows."""
+    return jnp.argmax(jnp.where(legal, jax.random.uniform(key, legal.shape), -jnp.inf), -1)
+
+
 def episodes_ended(ts: TimeStep) -> Ended:
     """The episodes that ended at the step of ``ts``, read from ``EpisodeStatistics``'s
     info: an environment's own ``info["episode_done"]`` where it has one, and its other

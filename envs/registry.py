@@ -13,6 +13,9 @@ normalisation wrappers. Ids that a built-in family takes stay the built-in's.
 Any JAX environment id with vector observations takes the option ``@obs=I,J,...``:
 the environment observing only those entries of its observations (``ObservationMask``;
 ``CartPole-v1@obs=0,2`` is CartPole without its velocities, a task that needs memory).
+A game of two players who move in turn (``Capabilities.alternating``) takes
+``@opponent=random``: the game against uniformly random legal moves, a single-agent task
+(``VersusRandom``; ``pgx:tic_tac_toe@opponent=random``).
 Every JAX environment's id takes its constructor's options the same way
 (``brax:ant@backend=positional``, ``jumanji:Maze-v0@time_limit=50``; ``envs.id_options``):
 a registered or a plugin's factory gets them as keyword arguments, beside ``make``'s own,
@@ -32,7 +35,16 @@ from jaxrl_frag.envs import brax_env, gymnax_env, id_options
 from jaxrl_frag.envs.core import Env
 from jaxrl_frag.envs.gymnax_env import GymnaxEnv
 from jaxrl_frag.envs.host_env import PREFIXES, HostEnv, is_host
-from jaxrl_frag.envs.wrappers import OBS_MASK, EpisodeStatistics, NormalizeObservation, ObservationMask, ScaleReward, VecEnv
+from jaxrl_frag.envs.wrappers import (
+    OBS_MASK,
+    VERSUS_RANDOM,
+    EpisodeStatistics,
+    NormalizeObservation,
+    ObservationMask,
+    ScaleReward,
+    VecEnv,
+    VersusRandom,
+)
 from jaxrl_frag.errors import ConfigError, check, did_you_mean
 from jaxrl_frag.plugins import declared, describe_entry_point, load_plugin
 
@@ -110,19 +122,23 @@ def base_id(name: str) -> str:
     return id_options.split(name)[0]
 
 
-def _options(full: str, name: str, options: dict[str, str], kwargs: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+def _options(full: str, name: str, options: dict[str, str],
+             kwargs: dict[str, Any]) -> tuple[dict[str, Any], str | None, str | None]:
     """``kwargs`` with the constructor ``options`` written in id ``full`` (of environment
-    ``name``), and the observation entries its ``obs`` option keeps (``None`` without one);
-    ``ConfigError`` for options on a host environment's id, or one also given as an argument."""
-    keep = options.pop("obs", None)
+    ``name``), the observation entries its ``obs`` option keeps and its ``opponent``
+    (``None`` without them); ``ConfigError`` for options on a host environment's id, or one
+    also given as an argument."""
+    keep, opponent = options.pop("obs", None), options.pop("opponent", None)
     check(keep is None or not is_host(name), "env", full,
           f"{OBS_MASK} masks JAX environments' observations; {name} runs on the host: drop {OBS_MASK}{keep}")
+    check(opponent is None or not is_host(name), "env", full,
+          f"{name} runs on the host, not a game of two players: drop @opponent={opponent}")
     check(not (options and is_host(name)), "env", full,
           lambda: f"{name} runs on the host and takes no options in its id (JAX environments do): drop "
                   f"{id_options.named('', options)}")
     given = sorted(set(options) & set(kwargs))
     check(not given, "env", full, lambda: f"sets {given[0]}, which is also given as an argument: set it once")
-    return {**kwargs, **{option: id_options.value(text) for option, text in options.items()}}, keep
+    return {**kwargs, **{option: id_options.value(text) for option, text in options.items()}}, keep, opponent
 
 
 def _named_with(env: Env, full: str, options: dict[str, str]) -> Env:
@@ -159,6 +175,19 @@ def _masked(env: Env, name: str, keep: str) -> Env:
     check(not outside, "env", name, lambda: f"keeps observation entry {outside[0]}, but {env.name} observes {size} "
                                             f"entries (0 to {size - 1}): choose among them")
     return ObservationMask(env, indices)
+
+
+def _versus(env: Env, name: str, opponent: str) -> Env:
+    """``env``, one game of two players who move in turn, against ``opponent`` (``random``);
+    ``ConfigError`` naming ``name`` for another opponent, a batch, or an environment that is
+    not such a game."""
+    check(opponent == "random", "env", name, f"takes @opponent=random (uniformly random legal moves), not "
+                                             f"@opponent={opponent}: write {VERSUS_RANDOM}")
+    check(env.capabilities.alternating, "env", name, f"{env.name} is not a game of two players who move in turn "
+                                                     f"(Capabilities.alternating): drop @opponent={opponent}")
+    check(getattr(env, "num_envs", None) is None, "env", name,
+          f"{env.name}'s family batches its games itself, and the opponent plays one game: drop @opponent={opponent}")
+    return VersusRandom(env)
 
 
 def available() -> list[str]:
@@ -201,18 +230,20 @@ def make(
     Returns:
         The environment: ``EpisodeStatistics(VecEnv(env, num_envs))``, wrapped further
         as asked, with ``num_envs``; the bare environment without. With an
-        ``@obs=I,J,...`` suffix, ``env`` observes only those entries (``ObservationMask``).
+        ``@obs=I,J,...`` suffix, ``env`` observes only those entries (``ObservationMask``);
+        with ``@opponent=random``, a game plays against random moves (``VersusRandom``).
 
     Raises:
         ConfigError: For an unknown id (with the closest ones), a non-positive
             ``num_envs``, options a host environment does not take, options in the id
             that the environment's constructor refuses or that a registered or plugin's
             factory does not name its environment with, a plugin that fails to load
-            (naming its entry point), or an ``@obs=`` option that names no observation
-            entries of the environment.
+            (naming its entry point), an ``@obs=`` option that names no observation
+            entries of the environment, or an ``@opponent=`` other than ``random`` or on an
+            environment that is not a game of two players.
     """
     full, (name, options) = name, id_options.split(name)
-    kwargs, keep = _options(full, name, options, kwargs)
+    kwargs, keep, opponent = _options(full, name, options, kwargs)
     if is_host(name):
         check(num_envs is not None, "num_envs", num_envs, f"host environments ({name}) come batched: give num_envs")
         for option, value in (("normalize_obs", normalize_obs), ("scale_reward", scale_reward)):
@@ -237,6 +268,8 @@ def make(
                                       "and host environments gymnasium:<Gymnasium id> and ale:<Atari game>")
     if keep is not None:
         env = _masked(env, full, keep)
+    if opponent is not None:
+        env = _versus(env, full, opponent)
     if num_envs is None:
         return env
     check(num_envs > 0, "num_envs", num_envs, "must be a positive number of environments")

@@ -1,5 +1,6 @@
-"""Wrappers: batching, episode statistics, observation and reward normalisation, and
-observations cut down to some of their entries (partial observability).
+"""Wrappers: batching, episode statistics, observation and reward normalisation,
+observations cut down to some of their entries (partial observability), and a game of
+two players against random moves.
 
 The statistics wrappers sit outside ``VecEnv`` and reduce over the whole
 environment batch with ``jaxrl_frag.primitives.batch_moments``, whose meaning a
@@ -17,7 +18,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl_frag import primitives
-from jaxrl_frag.envs.core import Box, PyTree, TimeStep, Wrapper
+from jaxrl_frag.envs.core import Box, Capabilities, PyTree, TimeStep, Wrapper, random_legal, unmasked
 from jaxrl_frag.primitives import Shared
 
 
@@ -67,6 +68,52 @@ class ObservationMask(Wrapper):
     def step(self, key: jax.Array, state: PyTree, action: jax.Array) -> tuple[PyTree, TimeStep]:
         state, ts = self.inner.step(key, state, action)
         return state, ts._replace(obs=self._mask(ts.obs), final_obs=self._mask(ts.final_obs))
+
+
+VERSUS_RANDOM = "@opponent=random"  # an id's suffix: an alternating game against random moves (VersusRandom)
+
+
+def _where(pred: jax.Array, new: PyTree, old: PyTree) -> PyTree:
+    return jax.tree.map(lambda n, o: jax.lax.select(pred, n, o), new, old)
+
+
+@dataclasses.dataclass(frozen=True)
+class VersusRandom(Wrapper):
+    """A game of two players who move in turn (``Capabilities.alternating``), played
+    against uniformly random legal moves: a step is the agent's move and, unless that
+    ended the game, the opponent's reply; its reward is the agent's (its move's reward
+    less the reply's). A coin at each game's start says who moves first, the opponent's
+    opening played at once, so the agent opens half of the games. The observations are the
+    agent's (the player to move's). A single-agent task, neither alternating nor an exact
+    model. One unbatched game, named ``<inner name>@opponent=random``."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.inner.name}{VERSUS_RANDOM}"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return dataclasses.replace(super().capabilities, alternating=False, deterministic=False)
+
+    def _open(self, key: jax.Array, state: PyTree, obs: PyTree) -> tuple[PyTree, PyTree]:
+        """A game's start: where a coin says so, the opponent's opening move played."""
+        k_coin, k_move, k_env = jax.random.split(key, 3)
+        opened, ts = self.inner.step(k_env, state, random_legal(k_move, unmasked(obs)[1]))
+        return _where(jax.random.bernoulli(k_coin), (opened, ts.obs), (state, obs))
+
+    def reset(self, key: jax.Array) -> tuple[PyTree, PyTree]:
+        k_reset, k_open = jax.random.split(key)
+        return self._open(k_open, *self.inner.reset(k_reset))
+
+    def step(self, key: jax.Array, state: PyTree, action: jax.Array) -> tuple[PyTree, TimeStep]:
+        k_ours, k_move, k_reply, k_open = jax.random.split(key, 4)
+        ours_state, ours = self.inner.step(k_ours, state, action)
+        reply_state, reply = self.inner.step(k_reply, ours_state, random_legal(k_move, unmasked(ours.obs)[1]))
+        replied = ~ours.done  # where the agent's move ended the game, the inner game has started again
+        state, ts = _where(replied, (reply_state, reply), (ours_state, ours))
+        ts = ts._replace(reward=ours.reward - jnp.where(replied, reply.reward, 0.0))
+        state, obs = _where(ts.done, self._open(k_open, state, ts.obs), (state, ts.obs))
+        return state, ts._replace(obs=obs)
 
 
 @struct.dataclass

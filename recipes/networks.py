@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_frag.envs.core import AgentObs, MaskedObs, PyTree, forget, unmasked
+from jaxrl_frag.envs.core import AgentObs, MaskedObs, PyTree, forget, random_legal, unmasked
 from jaxrl_frag.errors import check
 
 
@@ -149,7 +149,7 @@ def allowed_values(q: jax.Array, mask: jax.Array | None) -> jax.Array:
 
 def uniform_allowed(key: jax.Array, q: jax.Array) -> jax.Array:
     """An action ``[...]`` drawn uniformly from those with a finite value in ``q`` ``[..., actions]``."""
-    return jnp.argmax(jnp.where(jnp.isfinite(q), jax.random.uniform(key, q.shape), -jnp.inf), -1)
+    return random_legal(key, jnp.isfinite(q))
 
 
 def masked(logits: jax.Array, mask: jax.Array | None) -> jax.Array:

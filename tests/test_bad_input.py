@@ -167,6 +167,12 @@ CASES = [
     (["train", "ppo", "--env", "CartPol-v1@obs=0"], ["env='CartPol-v1'", "did you mean CartPole-v1"]),
     (["train", "ppo", "--env", "Breakout-MinAtar@obs=0"], ["env='Breakout-MinAtar@obs=0'", "masks vector observations"]),
     (["train", "ppo", "--env", "gymnasium:CartPole-v1@obs=0"], ["env='gymnasium:CartPole-v1@obs=0'", "runs on the host"]),
+    (["train", "ppo", "--env", "pgx:tic_tac_toe@opponent=best"],
+     ["env='pgx:tic_tac_toe@opponent=best'", "not @opponent=best", "write @opponent=random"]),
+    (["train", "ppo", "--env", "CartPole-v1@opponent=random"],
+     ["env='CartPole-v1@opponent=random'", "not a game of two players", "drop @opponent=random"]),
+    (["train", "ppo", "--env", "gymnasium:CartPole-v1@opponent=random"],
+     ["env='gymnasium:CartPole-v1@opponent=random'", "runs on the host", "drop @opponent=random"]),
     (["train", "ippo", "--env", f"{SPREAD}@obs=0"], [f"env='{SPREAD}@obs=0'", "has 3 agents", "drop @obs=0"]),
     # an environment's options in its id (envs.id_options)
     (["train", "ppo", "--env", "brax:ant@colour=red"],

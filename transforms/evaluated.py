@@ -3,7 +3,8 @@
 iterations inside its compiled training program.
 
 ``play`` is the one episode loop: ``jaxrl_frag.app.evaluation.evaluate`` runs it on a
-restored policy after training, ``Evaluated`` on the current policy during it.
+restored policy after training, ``Evaluated`` on the current policy during it, both on
+``evaluation_env``: a game of two players against random moves.
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ class Played(NamedTuple):
     ended: jax.Array
     returns: jax.Array
     lengths: jax.Array
+
+
+def evaluation_env(env: envs.Env) -> str:
+    """The id of the environment that an evaluation of a policy trained on ``env`` plays:
+    ``env``'s own, and for a game of two players who move in turn
+    (``Capabilities.alternating``, where the policy plays both sides) the game against
+    uniformly random legal moves (``envs.VersusRandom``), so that a return is the policy's
+    result (1 a win, -1 a loss)."""
+    return env.name + envs.VERSUS_RANDOM if env.capabilities.alternating else env.name
 
 
 def layout(episodes: int, envs_max: int = ENVS_MAX) -> tuple[int, int]:
@@ -114,7 +124,7 @@ class Evaluated(Wrapper):
     """``algorithm`` that also plays ``episodes`` greedy episodes of its current policy
     (``acting(state, True)``) after every ``every``-th iteration, on fresh copies of
     its environment (``layout``, ``play``), inside its compiled training program. The
-    copies are ``envs.make``'s of the environment's name, with its default options, as
+    copies are ``envs.make``'s of ``evaluation_env``, with its default options, as
     ``jaxrl_frag.app.evaluation.evaluate`` plays on.
 
     The state is the algorithm's, its top-level fields as they were (so a policy places
@@ -157,7 +167,8 @@ class Evaluated(Wrapper):
         check((dataclasses.is_dataclass(state) or isinstance(state, Mapping)) and EVALUATION not in _fields(state),
               "eval_every", every, f"{type(algorithm).__name__}'s state must be a dataclass or a dict without a field "
               f"{EVALUATION!r} to be evaluated during training")
-        return cls(algorithm, envs.make(env.name, num_envs=layout(episodes)[0]), type(state), every, episodes)
+        return cls(algorithm, envs.make(evaluation_env(env), num_envs=layout(episodes)[0]), type(state), every,
+                   episodes)
 
     @property
     def inner(self) -> Algorithm:

@@ -49,7 +49,7 @@ def evaluate(args: argparse.Namespace) -> int:
     low, high = summary.bootstrap_ci(episodes.returns)
     mode = "greedy" if args.greedy else "sampled"
     member = "" if trained.member is None else f", member {trained.member}"
-    print(f"{mode} policy of {run.path} (iteration {trained.iteration}{member}) on {env_id}: mean return "
+    print(f"{mode} policy of {run.path} (iteration {trained.iteration}{member}) on {trained.evaluation_env}: mean return "
           f"{episodes.returns.mean():.2f}, 95% interval [{float(low):.2f}, {float(high):.2f}] over {args.episodes} "
           f"episodes (mean length {episodes.lengths.mean():.1f})")
     rows = [{"episode": i, "return": float(r), "length": int(n)}
