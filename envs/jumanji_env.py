@@ -15,7 +15,11 @@ flattened and concatenated in its order as one float32 vector, and ``action_mask
 true for a task without one). A recipe that takes action masks acts only on allowed
 actions; the others refuse these tasks (``Capabilities.masks_actions``). A step's
 reward is Jumanji's; an episode ends in a termination where Jumanji's last step has
-discount 0, and in a truncation where it has discount 1 (a time limit).
+discount 0, and in a truncation where it has discount 1 (a time limit). The tasks whose
+step draws no chance (``DETERMINISTIC``: Knapsack, TSP, CVRP, GraphColoring, Maze,
+SlidingTilePuzzle; their key only draws an episode's instance at its reset) declare
+``Capabilities.deterministic``, so a planner searches with their step (``alphazero``);
+Snake's fruit, 2048's tiles and Tetris's pieces are drawn as they play.
 
 The family reaches ``envs.make`` through this package's entry point (group
 ``jaxrl_frag.envs``, name ``jumanji:``); the ``jumanji`` package is an optional extra
@@ -41,6 +45,7 @@ from jaxrl_frag.errors import ConfigError
 
 PREFIX = "jumanji:"
 INSTALL = "pip install 'jaxrl-frag[jumanji]'"
+DETERMINISTIC = ("Knapsack-v1", "TSP-v1", "CVRP-v1", "GraphColoring-v1", "Maze-v0", "SlidingTilePuzzle-v0")
 
 
 def ids() -> list[str]:
@@ -101,7 +106,8 @@ class JumanjiEnv(Env):
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(masks_actions=True)
+        return Capabilities(masks_actions=True, deterministic=id_options.split(self.name)[0].removeprefix(PREFIX)
+                                                              in DETERMINISTIC)
 
     @functools.cached_property
     def observation_space(self) -> Box:

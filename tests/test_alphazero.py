@@ -16,6 +16,7 @@ import pytest
 import jaxrl_frag as jf
 from jaxrl_frag import ConfigError, envs
 from jaxrl_frag.recipes import AlphaZero
+from jaxrl_frag.transforms.evaluated import Evaluated
 
 GAME = "pgx:tic_tac_toe"
 X_WINS = (0, 3, 1, 4, 2)  # X takes the top row, O the middle row's first two cells
@@ -62,8 +63,9 @@ def test_games_and_recipes_that_cannot_meet_are_refused_with_the_reason() -> Non
     with pytest.raises(ConfigError, match=r"move in turn.*PPO learns for one player.*choose a recipe that plays both "
                                           r"sides \(alphazero\)"):
         jf.recipes.PPO.create(GAME)
-    with pytest.raises(ConfigError, match="not a model AlphaZero can search with"):
-        AlphaZero.create("CartPole-v1")
+    for chance in ("CartPole-v1", "jumanji:Snake-v1"):  # a reset's draw; the fruit, drawn as Snake plays
+        with pytest.raises(ConfigError, match="not a model AlphaZero can search with"):
+            AlphaZero.create(chance)
 
 
 def test_a_game_against_random_moves_is_a_task_for_one_player() -> None:
@@ -217,3 +219,18 @@ def test_ppo_learns_to_beat_random_moves_at_tic_tac_toe() -> None:
     history = jf.compile(algo, chunk_iterations=algo.num_iterations // 20).run(jax.random.PRNGKey(0))
     returns = np.asarray(history["episode_return"])
     assert returns[-2:].mean() >= 0.5, returns
+
+
+@pytest.mark.learning
+@pytest.mark.long  # 1e5 steps of 32 simulations each: a minute and a half on 2 cores
+def test_alphazero_learns_a_deterministic_task_for_one_player() -> None:
+    """Jumanji's Knapsack draws its items at a reset and no chance as it steps, so it is its own
+    model for one player (the discount gamma, not negated). At 1e5 steps the network's greedy
+    choices alone, no search, return 14.7, 15.3 and 14.7 over 256 episodes (seeds 0-2), where
+    random choices among the allowed items return 13.5 and the same run at a learning rate of
+    1e-12 13.5 (its search, with the untrained network, 15.2 in training; the trained ones' 15.4-15.5)."""
+    algo = AlphaZero.create("jumanji:Knapsack-v1", total_steps=100_000)
+    assert not algo.alternating and algo.discount == algo.gamma
+    evaluated = Evaluated.create(algo, every=algo.num_iterations, episodes=256)
+    history = jf.compile(evaluated, chunk_iterations=algo.num_iterations).run(jax.random.PRNGKey(0))
+    assert float(history.final["eval_return"]) >= 14.3, history["eval_return"]
