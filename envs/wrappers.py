@@ -95,10 +95,15 @@ class VersusRandom(Wrapper):
     def capabilities(self) -> Capabilities:
         return dataclasses.replace(super().capabilities, alternating=False, deterministic=False)
 
+    def _random_move(self, key: jax.Array, obs: PyTree) -> jax.Array:
+        """A uniformly random move among those legal in ``obs`` (any move without a mask)."""
+        legal = unmasked(obs)[1]
+        return random_legal(key, jnp.ones(self.action_space.n, bool) if legal is None else legal)
+
     def _open(self, key: jax.Array, state: PyTree, obs: PyTree) -> tuple[PyTree, PyTree]:
         """A game's start: where a coin says so, the opponent's opening move played."""
         k_coin, k_move, k_env = jax.random.split(key, 3)
-        opened, ts = self.inner.step(k_env, state, random_legal(k_move, unmasked(obs)[1]))
+        opened, ts = self.inner.step(k_env, state, self._random_move(k_move, obs))
         return _where(jax.random.bernoulli(k_coin), (opened, ts.obs), (state, obs))
 
     def reset(self, key: jax.Array) -> tuple[PyTree, PyTree]:
@@ -108,7 +113,7 @@ class VersusRandom(Wrapper):
     def step(self, key: jax.Array, state: PyTree, action: jax.Array) -> tuple[PyTree, TimeStep]:
         k_ours, k_move, k_reply, k_open = jax.random.split(key, 4)
         ours_state, ours = self.inner.step(k_ours, state, action)
-        reply_state, reply = self.inner.step(k_reply, ours_state, random_legal(k_move, unmasked(ours.obs)[1]))
+        reply_state, reply = self.inner.step(k_reply, ours_state, self._random_move(k_move, ours.obs))
         replied = ~ours.done  # where the agent's move ended the game, the inner game has started again
         state, ts = _where(replied, (reply_state, reply), (ours_state, ours))
         ts = ts._replace(reward=ours.reward - jnp.where(replied, reply.reward, 0.0))
