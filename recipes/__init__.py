@@ -26,8 +26,7 @@ from jaxrl_frag.recipes.sac import SAC
 from jaxrl_frag.recipes.td3 import TD3
 
 RECIPES = {"ppo": PPO, "a2c": A2C, "impala": IMPALA, "dqn": DQN, "qrdqn": QRDQN, "pqn": PQN, "sac": SAC, "td3": TD3,
-           "ippo": IPPO, "mappo": MAPPO, "pqn-vdn": PQNVDN, "qmix": QMIX,
-           "alphazero": AlphaZero}
+           "ippo": IPPO, "mappo": MAPPO, "pqn-vdn": PQNVDN, "qmix": QMIX, "alphazero": AlphaZero}
 PLUGIN_GROUP = "jaxrl_frag.recipes"
 
 

@@ -74,8 +74,8 @@ class AlphaZeroState:
 @struct.dataclass
 class AlphaZero(Recipe):
     """AlphaZero: Gumbel MuZero's search on the environment's own model, self-play in a
-    game of two players, a policy and value network trained on the search's policy and
-    the returns. The defaults learn tic-tac-toe to perfect play: at 4e5 moves the network's
+    game of two players (or one player's episodes), a policy and value network trained on
+    the search's policy and the returns. The defaults learn tic-tac-toe to perfect play: at 4e5 moves the network's
     greedy moves alone lose no game, first or second, against any sequence of moves, for
     seeds 0 and 2 (seed 1 loses 2 of 551 second; ``tests/test_alphazero.py``). With the Gumbel noise at mctx's scale, 1, self-play
     soon repeats one drawn game, and the network, which then meets few positions, lost
@@ -130,7 +130,8 @@ class AlphaZero(Recipe):
         capabilities = env.capabilities
         check(capabilities.deterministic and capabilities.traceable, "env", env.name,
               "is not a model AlphaZero can search with: its steps draw chance or run outside the compiled program; "
-              "choose an environment that declares itself deterministic (pgx:tic_tac_toe, pgx:connect_four, ...)")
+              "choose an environment that declares itself deterministic (pgx:tic_tac_toe, pgx:connect_four, "
+              "jumanji:Knapsack-v1, ...)")
 
     @classmethod
     def make_env(cls, env_id: str, settings: dict[str, Any]) -> envs.Env:

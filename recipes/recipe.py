@@ -124,7 +124,7 @@ class Recipe(Algorithm):
         check(not env.capabilities.alternating or cls.takes_turns, "env", env.name,
               f"is a game of two players who move in turn, each step's reward the mover's and the next state the "
               f"opponent's to move; {cls.__name__} learns for one player whose states follow one another: choose a "
-              "recipe that plays both sides (alphazero)")
+              f"recipe that plays both sides (alphazero), or play against random moves ({env.name}@opponent=random)")
         space = env.action_space
         if not isinstance(space, cls.action_spaces):
             kinds = {envs.Discrete: "discrete", envs.Box: "continuous"}

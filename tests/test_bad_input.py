@@ -135,7 +135,8 @@ CASES = [
     (["train", "pqn", "--env", "CartPole-v1", "--torso", "cnn"], ["torso='cnn'", "needs image observations"]),
     # games whose players alternate, and the planner that needs a model
     (["train", "dqn", "--env", "pgx:connect_four"], ["env='pgx:connect_four'", "two players who move in turn",
-                                                     "DQN learns for one player", "(alphazero)"]),
+                                                     "DQN learns for one player", "(alphazero)",
+                                                     "(pgx:connect_four@opponent=random)"]),
     (["train", "alphazero", "--env", "CartPole-v1"], ["env='CartPole-v1'", "not a model AlphaZero can search with",
                                                       "pgx:tic_tac_toe"]),
     (["train", "alphazero", "--env", "pgx:backgammon"], ["env='pgx:backgammon'", "draws its dice by chance",
